@@ -1,0 +1,35 @@
+"""Sessions are thin: each installs the toolkit and calls one `python -m toolchain` command."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+def _toolchain(session: nox.Session, command: str) -> None:
+    session.install(".")
+    session.run("vllm-cpu-builder", command, *session.posargs)
+
+
+@nox.session
+def detect(session: nox.Session) -> None:
+    """Report this machine's CPU features, memory and build tools (`-- --json` for JSON)."""
+    _toolchain(session, "detect")
+
+
+@nox.session
+def plan(session: nox.Session) -> None:
+    """Print the build plan for a vLLM version (`-- --vllm 0.32.0 --json`)."""
+    _toolchain(session, "plan")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The default test run: unit tests, the CPU probe compiled here, and small real builds."""
+    session.install(".[test]")
+    session.run("ruff", "check", "toolchain", "tests", "noxfile.py")
+    session.run("mypy")
+    session.run("pytest", "-m", "not vllm", *session.posargs)

@@ -1,0 +1,92 @@
+"""Unit tests start no process by accident, and fixtures stand in for machines and programs."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolchain import run
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CPUINFO = FIXTURES / "cpuinfo"
+MEMINFO = FIXTURES / "meminfo"
+REAL_WORK_MARKERS = ("compile", "integration", "slow", "vllm")
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_processes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if any(request.node.get_closest_marker(name) for name in REAL_WORK_MARKERS):
+        return
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(
+            f"a unit test tried to start {args[0] if args else kwargs.get('args')!r}: "
+            "fake it with the fake_programs fixture or mark the test compile/integration"
+        )
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+
+
+Answer = tuple[int, str] | Callable[[list[str]], tuple[int, str]]
+
+
+@dataclass
+class FakePrograms:
+    """Programs that exist only for a test: each answers (exit code, stdout) to any arguments."""
+
+    folder: Path
+    answers: dict[str, Answer] = field(default_factory=dict)
+    calls: list[list[str]] = field(default_factory=list)
+
+    def add(
+        self, name: str, stdout: str = "", returncode: int = 0, *, answer: Answer | None = None
+    ) -> Path:
+        path = self.folder / name
+        path.write_text("#!/bin/sh\nexit 99 # a fake: tests never run it\n")
+        path.chmod(0o755)
+        self.answers[name] = answer if answer is not None else (returncode, stdout)
+        return path
+
+    def run(self, argv: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        self.calls.append(argv)
+        answer = self.answers.get(Path(argv[0]).name)
+        if answer is None:
+            raise AssertionError(f"{argv[0]} is not a fake program of this test")
+        code, stdout = answer(argv) if callable(answer) else answer
+        return subprocess.CompletedProcess(argv, code, stdout, "")
+
+
+@pytest.fixture
+def fake_programs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakePrograms]:
+    """PATH holds only the fakes a test adds; running one returns its canned answer."""
+    folder = tmp_path / "fake-bin"
+    folder.mkdir()
+    fakes = FakePrograms(folder)
+    monkeypatch.setenv("PATH", str(folder))
+    monkeypatch.setattr(run.subprocess, "run", fakes.run)
+    yield fakes
+
+
+@pytest.fixture
+def no_probe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Behave as an install where the CPU probe was not compiled."""
+    from toolchain import probe
+
+    monkeypatch.setattr(probe, "probe_path", lambda: tmp_path / "missing-cpuprobe")
+
+
+@pytest.fixture
+def cpuinfo_file() -> Callable[[str], Path]:
+    """A saved /proc/cpuinfo from tests/fixtures/cpuinfo, by name."""
+    return lambda name: CPUINFO / f"{name}.txt"
+
+
+@pytest.fixture
+def meminfo_file() -> Callable[[str], Path]:
+    """A saved /proc/meminfo from tests/fixtures/meminfo, by name."""
+    return lambda name: MEMINFO / f"{name}.txt"

@@ -1,0 +1,125 @@
+"""Real /proc/cpuinfo dumps are classified as the machines they came from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toolchain.isa import isa_table
+from toolchain.proc_cpuinfo import parse_cpuinfo
+
+CPUINFO = Path(__file__).parent / "fixtures" / "cpuinfo"
+
+X86_ALL = (
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512dq",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_bf16",
+    "amx_int8",
+    "amx_tile",
+)
+AVX512_BASE = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq")
+ARM_NEON_DOT = ("asimd", "fp16", "dotprod")
+
+# fixture: (arch, features that must be true (all others false), isa level, Arm core)
+EXPECTED = {
+    "x86-sapphirerapids": ("x86_64", X86_ALL, "x86-64-v4", None),
+    "x86-skylake-avx512": ("x86_64", AVX512_BASE, "x86-64-v4", None),
+    "x86-cascadelake": ("x86_64", (*AVX512_BASE, "avx512_vnni"), "x86-64-v4", None),
+    "x86-zen4": ("x86_64", (*AVX512_BASE, "avx512_vnni", "avx512_bf16"), "x86-64-v4", None),
+    "x86-epyc-kvm-buildhost": (
+        "x86_64",
+        (*AVX512_BASE, "avx512_vnni", "avx512_bf16"),
+        "x86-64-v4",
+        None,
+    ),
+    "x86-haswell": ("x86_64", ("avx2", "fma", "f16c"), "x86-64-v3", None),
+    # Lists avx_vnni, which is not avx512_vnni.
+    "x86-alderlake": ("x86_64", ("avx2", "fma", "f16c"), "x86-64-v3", None),
+    "arm-graviton2": ("aarch64", ARM_NEON_DOT, "Neoverse-N1", "Neoverse-N1"),
+    # Lists svebf16 and svei8mm beside bf16 and i8mm, and sve without sve2.
+    "arm-graviton3": (
+        "aarch64",
+        (*ARM_NEON_DOT, "bf16", "i8mm", "sve"),
+        "Neoverse-V1",
+        "Neoverse-V1",
+    ),
+    "arm-neoverse-v2": (
+        "aarch64",
+        (*ARM_NEON_DOT, "bf16", "i8mm", "sve", "sve2"),
+        "Neoverse-V2",
+        "Neoverse-V2",
+    ),
+    "arm-asahi-m1": ("aarch64", ARM_NEON_DOT, "Apple M1 (Icestorm)", "Apple M1 (Icestorm)"),
+    "ppc64le-power9": ("ppc64le", (), "ppc64le", None),
+    "riscv64-spacemit-x60": ("riscv64", (), "riscv64", None),
+}
+
+
+def test_every_fixture_has_an_expectation() -> None:
+    assert {path.stem for path in CPUINFO.glob("*.txt")} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_fixture_is_classified(name: str) -> None:
+    arch, true_features, level, core = EXPECTED[name]
+    cpu = parse_cpuinfo((CPUINFO / f"{name}.txt").read_text())
+    table = isa_table()
+    flags = table.feature_flags(cpu.arch, cpu.tokens)
+    assert cpu.arch == arch
+    assert {feature for feature, on in flags.items() if on} == set(true_features)
+    assert set(flags) == set(table.feature_names)
+    if arch == "x86_64":
+        assert table.x86_level(cpu.tokens) == level
+    if arch == "aarch64":
+        assert table.arm_core(cpu.arm_implementer, cpu.arm_part) == core
+
+
+@pytest.mark.parametrize(
+    ("tokens", "feature"),
+    [
+        ("amx_bf16 amx_tile", "avx512_bf16"),
+        ("avx512_bf16", "amx_bf16"),
+        ("avx_vnni", "avx512_vnni"),
+        ("avx512_vnni", "amx_int8"),
+    ],
+)
+def test_x86_names_are_matched_whole(tokens: str, feature: str) -> None:
+    text = f"processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: lm {tokens}\n"
+    cpu = parse_cpuinfo(text)
+    assert isa_table().feature_flags(cpu.arch, cpu.tokens)[feature] is False
+
+
+@pytest.mark.parametrize(
+    ("tokens", "feature"),
+    [
+        ("svebf16 svei8mm", "bf16"),
+        ("svebf16 svei8mm", "i8mm"),
+        ("sve svebf16", "sve2"),
+        ("sve2", "sve"),
+        ("fphp", "fp16"),
+    ],
+)
+def test_arm_names_are_matched_whole(tokens: str, feature: str) -> None:
+    text = f"processor\t: 0\nFeatures\t: fp asimd {tokens}\nCPU implementer\t: 0x41\n"
+    cpu = parse_cpuinfo(text)
+    assert isa_table().feature_flags(cpu.arch, cpu.tokens)[feature] is False
+
+
+def test_a_feature_missing_on_one_processor_is_missing() -> None:
+    # A mixed host: only what every processor lists can be relied on.
+    text = (
+        "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: lm avx2 avx512f\n\n"
+        "processor\t: 1\nvendor_id\t: GenuineIntel\nflags\t\t: lm avx2\n"
+    )
+    cpu = parse_cpuinfo(text)
+    assert cpu.processors == 2
+    assert isa_table().feature_flags(cpu.arch, cpu.tokens)["avx512f"] is False
+    assert isa_table().feature_flags(cpu.arch, cpu.tokens)["avx2"] is True

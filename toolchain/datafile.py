@@ -1,0 +1,40 @@
+"""Loading TOML data files with errors that name the file and the key."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from toolchain.errors import DataFileError
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError as exc:
+        raise DataFileError(f"{path}: file not found") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise DataFileError(f"{path}: not valid TOML: {exc}") from exc
+
+
+def table(data: dict[str, Any], key: str, *, where: str) -> dict[str, Any]:
+    value = data.get(key)
+    if not isinstance(value, dict):
+        raise DataFileError(f"{where}: key '{key}' must be a table")
+    return value
+
+
+def string(data: dict[str, Any], key: str, *, where: str, default: str | None = None) -> str:
+    value = data.get(key, default)
+    if not isinstance(value, str) or not value:
+        raise DataFileError(f"{where}: key '{key}' must be a non-empty string")
+    return value
+
+
+def string_list(data: dict[str, Any], key: str, *, where: str) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise DataFileError(f"{where}: key '{key}' must be a list of strings")
+    return tuple(value)

@@ -1,0 +1,50 @@
+"""One exception hierarchy, one exit code per class; the CLI catches it once at the top."""
+
+from __future__ import annotations
+
+
+class ToolchainError(Exception):
+    """An expected failure: printed as one message plus a hint, never as a traceback."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class UsageError(ToolchainError):
+    """The command line or a setting is wrong."""
+
+    exit_code = 2
+
+
+class UnsupportedHostError(ToolchainError):
+    """The machine (or the saved description of one) is one vLLM's CPU backend cannot run on."""
+
+    exit_code = 3
+
+
+class DataFileError(ToolchainError):
+    """A recipe or data table is malformed; the message names the file and the key."""
+
+    exit_code = 4
+
+
+class PlanError(ToolchainError):
+    """The requested build cannot be planned: wrong target, Python or memory."""
+
+    exit_code = 5
+
+
+class ToolMissingError(ToolchainError):
+    """A program the step needs is not installed."""
+
+    exit_code = 6
+
+
+class ProcessFailedError(ToolchainError):
+    """A program ran and failed."""
+
+    exit_code = 7
