@@ -38,3 +38,17 @@ def string_list(data: dict[str, Any], key: str, *, where: str) -> tuple[str, ...
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise DataFileError(f"{where}: key '{key}' must be a list of strings")
     return tuple(value)
+
+
+def string_map(data: dict[str, Any], key: str, *, where: str) -> dict[str, str]:
+    value = data.get(key, {})
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise DataFileError(f"{where}: key '{key}' must be a table of strings")
+    return dict(value)
+
+
+def sha256_hex(data: dict[str, Any], key: str, *, where: str) -> str:
+    value = string(data, key, where=where)
+    if len(value) != 64 or any(char not in "0123456789abcdef" for char in value):
+        raise DataFileError(f"{where}: key '{key}' must be 64 lower-case hex digits (a sha256)")
+    return value

@@ -5,6 +5,7 @@ from __future__ import annotations
 from toolchain.host import BUILD_TOOL_NAMES, Host
 from toolchain.isa import isa_table
 from toolchain.memory import GIB
+from toolchain.plan import BuildPlan
 
 SOURCE_WORDS = {
     "probe": "the CPU probe (CPUID/XGETBV or getauxval), checked against /proc/cpuinfo",
@@ -69,3 +70,28 @@ def render_host(host: Host) -> str:
 
 def _arch_features(host: Host) -> set[str]:
     return set(isa_table().features.get(host.arch, {}))
+
+
+def render_plan(plan: BuildPlan) -> str:
+    jobs = plan.jobs
+    lines = [
+        f"vLLM {plan.vllm_version} for {plan.arch}, target {plan.target_isa} "
+        f"({plan.isa_model}); wheel version {plan.wheel_version}",
+        f"runs on CPUs with {' '.join(plan.min_isa)}",
+        f"Python {plan.python['version']} ({plan.python['interpreter']}), "
+        f"{plan.torch['requirement']} from {plan.torch['index_url']}",
+        f"compiler {plan.compiler['cxx']} {plan.compiler['version']} ({plan.compiler['origin']})",
+        f"MAX_JOBS {plan.max_jobs}: limited by {jobs.limited_by}; {jobs.cpus} CPUs, "
+        f"{gib(jobs.available_bytes)} available, {gib(jobs.memory_per_job_bytes)} per job, "
+        f"{gib(jobs.reserve_bytes)} reserve, expected peak {gib(jobs.expected_peak_bytes)}",
+        "environment:",
+        *(f"  {key}={value}" for key, value in sorted(plan.env.items())),
+        "steps:",
+        *(f"  {index}. {step.name}: {step.summary}" for index, step in enumerate(plan.steps, 1)),
+    ]
+    lines += [
+        f"left out of the wheel's requirements: {d['name']}: {d['reason']}"
+        for d in plan.dropped_requirements
+    ]
+    lines += [f"warning: {warning}" for warning in plan.warnings]
+    return "\n".join(lines)

@@ -1,0 +1,278 @@
+"""Build plans for the fixture machines: targets, Python, compiler, jobs and the bad inputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from toolchain.cli import main
+from toolchain.errors import PlanError
+from toolchain.host import Host, detect_host
+from toolchain.memory import GIB, Memory
+from toolchain.plan import BuildOptions, plan_build
+from toolchain.recipes import load_recipe
+
+RECIPES = Path(__file__).parent.parent / "recipes"
+FIXTURES = Path(__file__).parent / "fixtures"
+PY311 = "/opt/python3.11"
+
+
+@pytest.fixture
+def host_of(fake_programs) -> Callable[..., Host]:
+    """A saved machine with a g++ 12.2 (Debian 12's) and ccache on its PATH."""
+    fake_programs.add("g++", "12.2.0\n")
+    fake_programs.add("ccache", "ccache version 4.7.5\n")
+    fake_programs.add("python3.11", "")
+    fake_programs.add("python3.12", "")
+
+    def make(name: str, *, cpus: int = 2, total_gib: float = 24, available_gib: float = 22) -> Host:
+        host = detect_host(cpuinfo_file=FIXTURES / "cpuinfo" / f"{name}.txt")
+        memory = Memory(total_bytes=int(total_gib * GIB), available_bytes=int(available_gib * GIB))
+        return dataclasses.replace(host, cpus_usable=cpus, memory=memory)
+
+    return make
+
+
+def plan(host: Host, version: str = "0.32.0", **options: object):  # type: ignore[no-untyped-def]
+    return plan_build(host, load_recipe(RECIPES, version), BuildOptions(**options))  # type: ignore[arg-type]
+
+
+def test_seed_vm_gets_one_job_not_32_or_6(host_of: Callable[..., Host]) -> None:
+    host = host_of("x86-haswell", cpus=6, total_gib=7.75, available_gib=4.66)
+    result = plan(host)
+    assert result.max_jobs == 1
+    assert result.jobs.limited_by == "memory"
+    assert result.env["MAX_JOBS"] == "1" and result.env["CMAKE_BUILD_PARALLEL_LEVEL"] == "1"
+
+
+def test_seed_vm_from_saved_meminfo(host_of: Callable[..., Host]) -> None:
+    host = detect_host(
+        cpuinfo_file=FIXTURES / "cpuinfo" / "x86-haswell.txt",
+        meminfo_file=FIXTURES / "meminfo" / "seed-6cpu-7.75g.txt",
+    )
+    assert plan(dataclasses.replace(host, cpus_usable=6)).max_jobs == 1
+
+
+@pytest.mark.parametrize(
+    ("cpus", "available", "jobs", "by"),
+    [(2, 22, 2, "cpus"), (64, 24, 6, "memory"), (1, 22, 1, "cpus")],
+)
+def test_jobs_are_the_lesser_of_cpus_and_memory(
+    host_of: Callable[..., Host], cpus: int, available: float, jobs: int, by: str
+) -> None:
+    result = plan(host_of("x86-zen4", cpus=cpus, available_gib=available))
+    assert (result.max_jobs, result.jobs.limited_by) == (jobs, by)
+
+
+def test_too_little_memory_for_one_job_says_how_much_is_needed(
+    host_of: Callable[..., Host],
+) -> None:
+    with pytest.raises(PlanError, match=r"one compile job needs 4\.6 GiB .* only 3\.0 GiB"):
+        plan(host_of("x86-zen4", available_gib=3))
+
+
+def test_overcommitting_override_is_warned_with_the_peak(host_of: Callable[..., Host]) -> None:
+    result = plan(host_of("x86-zen4", cpus=8, available_gib=8), jobs=8)
+    assert result.max_jobs == 8
+    assert any("MAX_JOBS=8 can need 30.1 GiB at its peak" in w for w in result.warnings)
+    assert not any("MAX_JOBS" in w for w in plan(host_of("x86-zen4"), jobs=2).warnings)
+
+
+@pytest.mark.parametrize(
+    ("machine", "version", "target"),
+    [
+        ("x86-sapphirerapids", "0.16.0", "amx"),
+        ("x86-zen4", "0.16.0", "avx512bf16"),
+        ("x86-cascadelake", "0.16.0", "avx512vnni"),
+        ("x86-skylake-avx512", "0.16.0", "avx512"),
+        ("x86-haswell", "0.16.0", "avx2"),
+        ("x86-alderlake", "0.16.0", "avx2"),
+        ("x86-sapphirerapids", "0.32.0", "portable"),
+        ("x86-haswell", "0.34.0", "portable"),
+        ("arm-graviton2", "0.32.0", "neon"),
+        ("arm-graviton3", "0.32.0", "bf16i8mm"),
+        ("arm-neoverse-v2", "0.32.0", "bf16i8mm"),
+        ("arm-asahi-m1", "0.32.0", "neon"),
+        ("arm-graviton3", "0.16.0", "bf16"),
+    ],
+)
+def test_default_target_is_the_best_this_host_builds_and_runs(
+    host_of: Callable[..., Host], machine: str, version: str, target: str
+) -> None:
+    result = plan(host_of(machine), version)
+    assert result.target_isa == target
+    assert result.wheel_version == f"{version}+cpu.{target}"
+    assert Version(result.wheel_version).local.startswith("cpu")  # type: ignore[union-attr]
+    assert result.warnings == () or all("lacks" not in w for w in result.warnings)
+
+
+def test_pre_0_17_switches_reach_the_environment(host_of: Callable[..., Host]) -> None:
+    env = plan(host_of("x86-sapphirerapids"), "0.16.0").env
+    assert env["VLLM_CPU_AVX512BF16"] == "1" and env["VLLM_CPU_AMXBF16"] == "1"
+    assert (
+        plan(host_of("x86-zen4"), "0.16.0", target="avx2").env["VLLM_CPU_DISABLE_AVX512"] == "true"
+    )
+    assert not any(key.startswith("VLLM_CPU_") for key in plan(host_of("x86-zen4")).env)
+
+
+def test_cross_target_is_allowed_but_warned(host_of: Callable[..., Host]) -> None:
+    result = plan(host_of("x86-zen4"), "0.16.0", target="amx")
+    assert result.min_isa[-2:] == ("amx_bf16", "amx_tile")
+    assert any("lacks amx_bf16, amx_tile" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize(
+    ("machine", "version", "target", "message"),
+    [
+        ("x86-zen4", "0.32.0", "avx512bf16", "builds the targets portable; not 'avx512bf16'"),
+        ("x86-zen4", "0.32.0", "neon", "'neon' is a target for aarch64"),
+        ("arm-graviton3", "0.32.0", "portable", "'portable' is a target for x86_64"),
+        ("arm-graviton3", "0.32.0", "avx2", "builds the targets neon, bf16, bf16i8mm; not 'avx2'"),
+        (
+            "x86-zen4",
+            "0.16.0",
+            "avx512",
+            "turns on avx512_bf16, avx512_vnni whenever the build host's /proc/cpuinfo lists them",
+        ),
+        ("arm-graviton3", "0.32.0", "neon", "turns on bf16, i8mm"),
+        ("arm-graviton2", "0.16.0", "bf16", "takes bf16 only from the build host"),
+    ],
+)
+def test_targets_the_era_or_host_cannot_build(
+    host_of: Callable[..., Host], machine: str, version: str, target: str, message: str
+) -> None:
+    with pytest.raises(PlanError) as caught:
+        plan(host_of(machine), version, target=target)
+    assert message in caught.value.message
+
+
+def test_python_outside_the_recipe_range(host_of: Callable[..., Host]) -> None:
+    with pytest.raises(PlanError, match=r"needs Python <3\.15,>=3\.11; 3\.10 is outside"):
+        plan(host_of("x86-zen4"), python="3.10")
+    with pytest.raises(PlanError, match=r"python3\.13 is not on PATH"):
+        plan(host_of("x86-zen4"), python="3.13")
+    assert plan(host_of("x86-zen4"), python="3.12").python["version"] == "3.12"
+    assert plan(host_of("x86-zen4")).python["version"] == "3.11"
+
+
+def test_old_gxx_is_replaced_by_a_provisioned_one(
+    host_of: Callable[..., Host], fake_programs
+) -> None:
+    result = plan(host_of("x86-zen4"), work_dir=Path("/cache"))
+    assert result.compiler["origin"] == "provisioned"
+    assert result.env["CXX"] == "/cache/toolchains/gcc-12.4.0-5-trixie/usr/bin/g++-12"
+    assert [s.name for s in result.steps][:4] == [
+        "fetch-source",
+        "third-party-sources",
+        "provision-toolchain",
+        "check-toolchain",
+    ]
+    fake_programs.add("g++-13", "13.3.0\n")
+    newer = plan(dataclasses.replace(host_of("x86-zen4")))
+    assert newer.compiler["origin"] == "PATH" and newer.env["CXX"].endswith("/g++-13")
+    assert newer.env["CC"].endswith("/gcc-13")
+    assert "provision-toolchain" not in [s.name for s in newer.steps]
+
+
+def test_mirror_points_cmake_at_local_sources(host_of: Callable[..., Host]) -> None:
+    result = plan(host_of("arm-graviton3"), sources=Path("/mirror"), work_dir=Path("/cache"))
+    assert result.env["FETCHCONTENT_SOURCE_DIR_ONEDNN"].startswith("/cache/builds/")
+    assert result.env["ACL_ROOT_DIR"].endswith("/deps/ComputeLibrary-52.6.0")
+    assert {d["mirror_file"] for d in result.third_party} == {
+        "/mirror/oneDNN-9c5be1cc59e368aebf0909e6cf20f981ea61462a.tar.gz",
+        "/mirror/ComputeLibrary-52.6.0.tar.gz",
+    }
+    assert any("no recorded hash for ComputeLibrary" in w for w in result.warnings)
+    without = plan(host_of("x86-zen4"))
+    assert "FETCHCONTENT_SOURCE_DIR_ONEDNN" not in without.env
+    assert any("download oneDNN v3.13 from GitHub" in w for w in without.warnings)
+
+
+def test_plan_json_has_the_promised_keys(host_of: Callable[..., Host]) -> None:
+    data = json.loads(json.dumps(plan(host_of("x86-zen4")).to_json()))
+    for key in (
+        "vllm_version",
+        "target_isa",
+        "max_jobs",
+        "env",
+        "python",
+        "torch",
+        "wheel_version",
+        "source",
+        "steps",
+    ):
+        assert key in data
+    assert data["source"]["sha256"] == load_recipe(RECIPES, "0.32.0").sha256
+    assert data["torch"]["requirement"] == "torch==2.13.0+cpu"
+    assert all(isinstance(value, str) for value in data["env"].values())
+    assert data["env"]["VLLM_TARGET_DEVICE"] == "cpu"
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["plan", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+SAVED = (
+    "--cpuinfo",
+    str(FIXTURES / "cpuinfo" / "x86-zen4.txt"),
+    "--meminfo",
+    str(FIXTURES / "meminfo" / "buildhost-24g.txt"),
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("--vllm", "0.1.0"), 2, "known versions: 0.16.0, 0.32.0, 0.34.0"),
+        (("--vllm", "0.32.0", "--target", "amx"), 5, "builds the targets portable"),
+        (("--vllm", "0.32.0", "--python", "3.9"), 5, "3.9 is outside that range"),
+        (("--vllm", "0.32.0", "--jobs", "0"), 2, "--jobs must be at least 1"),
+        (("--vllm", "0.32.0", "--jobs", "many"), 2, "invalid int value"),
+    ],
+)
+def test_bad_input_is_one_clear_error(
+    host_of: Callable[..., Host],
+    capsys: pytest.CaptureFixture[str],
+    args: tuple[str, ...],
+    code: int,
+    message: str,
+) -> None:
+    result, _, err = _run(capsys, *SAVED, *args)
+    assert result == code
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_malformed_recipe_from_the_command_line(
+    host_of: Callable[..., Host], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "isa-models.toml").write_text((RECIPES / "isa-models.toml").read_text())
+    (tmp_path / "vllm-1.0.0.toml").write_text('vllm = "1.0.0"\n')
+    code, _, err = _run(capsys, *SAVED, "--recipes", str(tmp_path), "--vllm", "1.0.0")
+    assert code == 4
+    assert f"{tmp_path / 'vllm-1.0.0.toml'}: key 'source' must be a table" in err
+
+
+def test_command_line_beats_environment_beats_pyproject(
+    host_of: Callable[..., Host],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[tool.vllm-cpu-builder]\nvllm = "0.16.0"\njobs = 1\n')
+    data = json.loads(_run(capsys, *SAVED, "--json")[1])
+    assert (data["vllm_version"], data["max_jobs"]) == ("0.16.0", 1)
+    monkeypatch.setenv("MAX_JOBS", "2")
+    monkeypatch.setenv("VCB_VLLM", "0.32.0")
+    data = json.loads(_run(capsys, *SAVED, "--json")[1])
+    assert (data["vllm_version"], data["max_jobs"]) == ("0.32.0", 2)
+    data = json.loads(_run(capsys, *SAVED, "--json", "--jobs", "1", "--vllm", "0.34.0")[1])
+    assert (data["vllm_version"], data["max_jobs"]) == ("0.34.0", 1)

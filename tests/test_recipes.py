@@ -1,0 +1,124 @@
+"""Recipes load, are validated with the file and key named, and match what PyPI serves."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.request
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from toolchain.errors import DataFileError, UsageError
+from toolchain.recipes import default_recipes_dir, known_versions, load_isa_models, load_recipe
+
+RECIPES = Path(__file__).parent.parent / "recipes"
+
+
+def test_shipped_recipes_cover_the_required_releases() -> None:
+    versions = known_versions(RECIPES)
+    assert "0.32.0" in versions
+    assert any(Version(v) < Version("0.17") for v in versions), "one release before 0.17"
+    for version in versions:
+        recipe = load_recipe(RECIPES, version)
+        assert str(recipe.vllm) == version
+        assert recipe.python_requires.contains("3.11.0")
+
+
+def test_0_32_pins_torch_2_13_cpu_and_needs_gxx_12_3() -> None:
+    recipe = load_recipe(RECIPES, "0.32.0")
+    assert recipe.torch["x86_64"] == "2.13.0+cpu"
+    assert recipe.gxx_min["x86_64"] == "12.3"
+    assert recipe.isa_models["x86_64"].name == "x86-dispatch"
+    assert "setuptools==78.1.1" in recipe.build_requires
+    onednn = [dep for dep in recipe.third_party_for("x86_64") if dep.name == "oneDNN"]
+    assert [dep.ref for dep in onednn] == ["v3.13"]
+    assert onednn[0].env == "FETCHCONTENT_SOURCE_DIR_ONEDNN"
+    assert {dep.env for dep in recipe.third_party_for("aarch64")} == {
+        "FETCHCONTENT_SOURCE_DIR_ONEDNN",
+        "ACL_ROOT_DIR",
+    }
+
+
+def test_pre_0_17_era_has_one_isa_per_wheel() -> None:
+    recipe = load_recipe(RECIPES, "0.16.0")
+    model = recipe.isa_models["x86_64"]
+    assert list(model.targets) == ["avx2", "avx512", "avx512vnni", "avx512bf16", "amx"]
+    assert model.targets["avx2"].env["VLLM_CPU_DISABLE_AVX512"] == "true"
+
+
+def test_installed_or_source_recipes_are_found() -> None:
+    assert "0.32.0" in known_versions(default_recipes_dir())
+
+
+def test_unknown_version_lists_the_known_ones() -> None:
+    with pytest.raises(UsageError) as caught:
+        load_recipe(RECIPES, "9.9.9")
+    assert "no recipe for vLLM 9.9.9" in caught.value.message
+    assert "0.32.0" in caught.value.hint
+
+
+def _broken_copy(tmp_path: Path, old: str, new: str) -> Path:
+    folder = tmp_path / "recipes"
+    shutil.copytree(RECIPES, folder)
+    recipe = folder / "vllm-0.32.0.toml"
+    text = recipe.read_text()
+    assert old in text
+    recipe.write_text(text.replace(old, new, 1))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ('sha256 = "d2c9', 'sha256 = "zz', "[source]: key 'sha256' must be 64 lower-case hex"),
+        ('preferred = "3.11"\n', "", "[python]: key 'preferred' must be a non-empty string"),
+        ('x86_64 = "x86-dispatch"', 'x86_64 = "x86-magic"', "[isa_model]: key 'x86_64' names no"),
+        ("memory_per_job_mib = 3720", "memory_per_job_mib = -1", "key 'memory_per_job_mib'"),
+        ('vllm = "0.32.0"', 'vllm = "0.33.0"', "key 'vllm' says 0.33.0"),
+        ("[torch]", "[torch", "not valid TOML"),
+        (
+            'arch = "x86_64"\nrepository',
+            'arch = "sparc"\nrepository',
+            "third_party[0]: key 'arch' must be one of",
+        ),
+    ],
+)
+def test_malformed_recipe_names_file_and_key(
+    tmp_path: Path, old: str, new: str, expected: str
+) -> None:
+    folder = _broken_copy(tmp_path, old, new)
+    with pytest.raises(DataFileError) as caught:
+        load_recipe(folder, "0.32.0")
+    assert str(folder / "vllm-0.32.0.toml") in caught.value.message
+    assert expected in caught.value.message
+
+
+def test_isa_model_with_unknown_feature_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "isa-models.toml"
+    path.write_text(
+        '[m]\narch = "x86_64"\nsummary = "s"\n[m.targets.t]\nmin_isa = ["avx512bf16"]\n'
+    )
+    with pytest.raises(
+        DataFileError, match=r"\[m.targets.t\]: unknown feature names \['avx512bf16'\]"
+    ):
+        load_isa_models(path)
+
+
+def _pypi_sha256(filename: str) -> str | None:
+    project = filename.split("-")[0]
+    request = urllib.request.Request(
+        f"https://pypi.org/simple/{project}/",
+        headers={"Accept": "application/vnd.pypi.simple.v1+json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        files = json.load(response)["files"]
+    return next((f["hashes"]["sha256"] for f in files if f["filename"] == filename), None)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("version", known_versions(RECIPES))
+def test_recipe_sdist_hash_matches_pypi(version: str) -> None:
+    recipe = load_recipe(RECIPES, version)
+    assert _pypi_sha256(recipe.sdist) == recipe.sha256

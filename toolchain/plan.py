@@ -1,0 +1,349 @@
+"""Plan, then execute: a pure function turns host, recipe and options into a frozen BuildPlan."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from toolchain.errors import PlanError
+from toolchain.host import Host
+from toolchain.jobs import JobSizing, size_jobs
+from toolchain.recipes import Recipe
+from toolchain.settings import default_cache_dir
+from toolchain.target import choose_target, runs_on
+
+MIB = 1024**2
+PROVISIONED_GXX = {"version": "12.4.0", "debian_release": "trixie", "package_version": "12.4.0-5"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    target: str | None = None
+    jobs: int | None = None
+    python: str | None = None
+    cxx: str | None = None
+    sources: Path | None = None
+    source_dir: Path | None = None
+    torch_index: str | None = None
+    find_links: tuple[Path, ...] = ()
+    work_dir: Path = field(default_factory=lambda: Path(default_cache_dir()))
+    wheel_dir: Path = Path("wheels")
+    reserve_bytes: int = 1024 * MIB
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    name: str
+    summary: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildPlan:
+    vllm_version: str
+    recipe: str
+    arch: str
+    target_isa: str
+    isa_model: str
+    min_isa: tuple[str, ...]
+    wheel_version: str
+    python: dict[str, str]
+    torch: dict[str, Any]
+    build_requires: tuple[str, ...]
+    compiler: dict[str, str]
+    source: dict[str, Any]
+    third_party: tuple[dict[str, Any], ...]
+    max_jobs: int
+    jobs: JobSizing
+    env: dict[str, str]
+    paths: dict[str, str]
+    steps: tuple[Step, ...]
+    dropped_requirements: tuple[dict[str, str], ...] = ()
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def choose_python(recipe: Recipe, host: Host, wanted: str | None) -> tuple[str, str]:
+    """(version, interpreter path) inside the recipe's range: asked for, preferred, else newest."""
+    in_range = {
+        v: path for v, path in host.pythons.items() if recipe.python_requires.contains(f"{v}.0")
+    }
+    if wanted is not None:
+        if not recipe.python_requires.contains(f"{wanted}.0"):
+            raise PlanError(
+                f"vLLM {recipe.vllm} needs Python {recipe.python_requires}; "
+                f"{wanted} is outside that range",
+                hint=f"use --python with one of: {', '.join(in_range) or 'none here'}",
+            )
+        if wanted not in host.pythons:
+            raise PlanError(
+                f"python{wanted} is not on PATH",
+                hint=f"install it, or use --python with one of: {', '.join(in_range)}",
+            )
+        return wanted, host.pythons[wanted]
+    if recipe.python_preferred in in_range:
+        return recipe.python_preferred, in_range[recipe.python_preferred]
+    if not in_range:
+        raise PlanError(
+            f"vLLM {recipe.vllm} needs Python {recipe.python_requires}; found "
+            f"{', '.join(host.pythons) or 'none'} on PATH",
+            hint=f"install python{recipe.python_preferred}",
+        )
+    newest = max(in_range, key=Version)
+    return newest, in_range[newest]
+
+
+def choose_compiler(
+    recipe: Recipe, host: Host, options: BuildOptions
+) -> tuple[dict[str, str], list[Step]]:
+    """A g++ new enough for the recipe: the user's, one on PATH, else a provisioned one."""
+    minimum = recipe.gxx_min.get(host.arch)
+    if options.cxx:
+        cxx = options.cxx
+        return {
+            "cxx": cxx,
+            "cc": _matching_cc(cxx),
+            "version": "checked at build time",
+            "origin": "CXX / --cxx",
+        }, []
+    candidates = [
+        tool
+        for tool in host.tools
+        if re.fullmatch(r"g\+\+(-\d+)?", tool.name)
+        and tool.version
+        and (minimum is None or Version(tool.version) >= Version(minimum))
+    ]
+    if candidates:
+        best = max(candidates, key=lambda tool: Version(tool.version or "0"))
+        return {
+            "cxx": best.path,
+            "cc": _matching_cc(best.path),
+            "version": best.version or "",
+            "origin": "PATH",
+        }, []
+    prefix = (
+        options.work_dir / "toolchains" / f"gcc-{PROVISIONED_GXX['package_version']}-"
+        f"{PROVISIONED_GXX['debian_release']}"
+    )
+    found = ", ".join(f"{t.name} {t.version}" for t in host.tools if t.name.startswith("g++"))
+    step = Step(
+        name="provision-toolchain",
+        summary=f"unpack Debian {PROVISIONED_GXX['debian_release']}'s g++-12 "
+        f"{PROVISIONED_GXX['package_version']} into {prefix} (found: "
+        f"{found or 'no g++'}; need >= {minimum})",
+    )
+    return {
+        "cxx": str(prefix / "usr/bin/g++-12"),
+        "cc": str(prefix / "usr/bin/gcc-12"),
+        "version": PROVISIONED_GXX["version"],
+        "origin": "provisioned",
+    }, [step]
+
+
+def _matching_cc(cxx: str) -> str:
+    path = Path(cxx)
+    return str(path.with_name(path.name.replace("g++", "gcc").replace("c++", "cc")))
+
+
+def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
+    host.require_supported()
+    arch = host.arch
+    target = choose_target(recipe, arch, host.isa, options.target)
+    warnings: list[str] = []
+    lacking = runs_on(target, host.isa)
+    if lacking:
+        warnings.append(
+            f"this host lacks {', '.join(lacking)}: it can build the {target.name} "
+            "wheel but cannot import its kernels, so verify it on a machine that can"
+        )
+    py_version, py_path = choose_python(recipe, host, options.python)
+    compiler, compiler_steps = choose_compiler(recipe, host, options)
+    jobs = size_jobs(
+        cpus=host.cpus_usable,
+        available_bytes=host.memory.usable_bytes,
+        memory_per_job_bytes=recipe.memory_per_job_bytes,
+        reserve_bytes=options.reserve_bytes,
+        override=options.jobs,
+    )
+    warnings += [jobs.warning] if jobs.warning else []
+    wheel_version = f"{recipe.vllm}+cpu.{target.name}"
+    build_dir = (
+        options.work_dir
+        / "builds"
+        / (f"vllm-{recipe.vllm}-{arch}-{target.name}-cp{py_version.replace('.', '')}")
+    )
+    paths = {
+        "build_dir": build_dir,
+        "venv": build_dir / "venv",
+        "src": build_dir / "src",
+        "deps": build_dir / "deps",
+        "log": build_dir / "build.log",
+        "wheel_dir": options.wheel_dir,
+    }
+    third_party, deps_env, deps_warnings = _third_party(recipe, arch, options, paths["deps"])
+    env = {
+        "VLLM_TARGET_DEVICE": "cpu",
+        "MAX_JOBS": str(jobs.max_jobs),
+        "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs.max_jobs),
+        **target.env,
+        "CC": compiler["cc"],
+        "CXX": compiler["cxx"],
+        "VLLM_VERSION_OVERRIDE": wheel_version,
+        **deps_env,
+        **_cache_env(host, options, build_dir, warnings),
+    }
+    torch = {
+        "requirement": f"torch=={recipe.torch[arch]}",
+        "index_url": options.torch_index or recipe.torch_index,
+        "find_links": [str(p) for p in options.find_links],
+    }
+    return BuildPlan(
+        vllm_version=str(recipe.vllm),
+        recipe=str(recipe.path),
+        arch=arch,
+        target_isa=target.name,
+        isa_model=recipe.isa_models[arch].name,
+        min_isa=target.min_isa,
+        wheel_version=wheel_version,
+        python={
+            "version": py_version,
+            "interpreter": py_path,
+            "requires": str(recipe.python_requires),
+        },
+        torch=torch,
+        build_requires=recipe.build_requires,
+        compiler=compiler,
+        source=_source(recipe, options),
+        third_party=third_party,
+        max_jobs=jobs.max_jobs,
+        jobs=jobs,
+        env=env,
+        paths={key: str(path) for key, path in paths.items()},
+        steps=_steps(
+            recipe, options, arch, compiler, compiler_steps, third_party, torch, paths, jobs
+        ),
+        dropped_requirements=tuple(
+            {"name": d.name, "reason": d.reason} for d in recipe.drop_requirements
+        ),
+        warnings=tuple(warnings + deps_warnings),
+    )
+
+
+def _third_party(
+    recipe: Recipe, arch: str, options: BuildOptions, deps_dir: Path
+) -> tuple[tuple[dict[str, Any], ...], dict[str, str], list[str]]:
+    """Sources cmake would download: the mirror copy, and the variable pointing cmake at it."""
+    entries, env, warnings = [], {}, []
+    for dep in recipe.third_party_for(arch):
+        unpacked = deps_dir / f"{dep.name}-{dep.ref.removeprefix('v')}"
+        entries.append(
+            {
+                "name": dep.name,
+                "ref": dep.ref,
+                "commit": dep.commit,
+                "tar_sha256": dep.tar_sha256,
+                "env": dep.env,
+                "archive": dep.archive,
+                "mirror_file": str(options.sources / dep.archive) if options.sources else None,
+                "unpacked": str(unpacked) if options.sources else None,
+            }
+        )
+        if options.sources:
+            env[dep.env] = str(unpacked)
+        else:
+            warnings.append(
+                f"no --sources mirror: cmake will download {dep.name} {dep.ref} from "
+                "GitHub while compiling, which fails on an air-gapped machine"
+            )
+        if dep.tar_sha256 is None:
+            warnings.append(
+                f"the recipe has no recorded hash for {dep.name} {dep.ref}: build-wheel "
+                "refuses an unchecked source; `fetch-sources --record` prints one"
+            )
+    return tuple(entries), env, warnings
+
+
+def _cache_env(
+    host: Host, options: BuildOptions, build_dir: Path, warnings: list[str]
+) -> dict[str, str]:
+    launcher = next((tool.name for tool in host.tools if tool.name in ("sccache", "ccache")), None)
+    if launcher is None:
+        warnings.append(
+            "no ccache or sccache on PATH: a rebuild compiles everything again "
+            "(apt-get install ccache)"
+        )
+        return {}
+    env = {"CMAKE_C_COMPILER_LAUNCHER": launcher, "CMAKE_CXX_COMPILER_LAUNCHER": launcher}
+    if launcher == "ccache":
+        # Hits across build folders and rebuilt venvs: paths relative to the build folder,
+        # the compiler judged by its content, not its mtime.
+        env.update(
+            {
+                "CCACHE_DIR": str(options.work_dir / "ccache"),
+                "CCACHE_BASEDIR": str(build_dir),
+                "CCACHE_NOHASHDIR": "true",
+                "CCACHE_COMPILERCHECK": "content",
+                "CCACHE_MAXSIZE": "20G",
+            }
+        )
+    return env
+
+
+def _source(recipe: Recipe, options: BuildOptions) -> dict[str, Any]:
+    if options.source_dir:
+        return {"kind": "source-dir", "path": str(options.source_dir), "sha256": None}
+    return {
+        "kind": "sdist",
+        "sdist": recipe.sdist,
+        "sha256": recipe.sha256,
+        "cache": str(options.work_dir / "sdists" / recipe.sha256 / recipe.sdist),
+    }
+
+
+def _steps(
+    recipe: Recipe,
+    options: BuildOptions,
+    arch: str,
+    compiler: dict[str, str],
+    compiler_steps: list[Step],
+    third_party: tuple[dict[str, Any], ...],
+    torch: dict[str, Any],
+    paths: dict[str, Path],
+    jobs: JobSizing,
+) -> tuple[Step, ...]:
+    deps = ", ".join(f"{d['name']} {d['ref']}" for d in third_party) or "nothing"
+    where = f"from {options.sources}" if options.sources else "(cmake downloads them)"
+    return (
+        Step(name="fetch-source", summary=_source_summary(recipe, options)),
+        Step(name="third-party-sources", summary=f"check and unpack {deps} {where}"),
+        *compiler_steps,
+        Step(
+            name="check-toolchain",
+            summary=f"{compiler['cxx']} >= {recipe.gxx_min.get(arch, 'any')}"
+            f", cmake >= {recipe.cmake_min}, ninja, numa.h",
+        ),
+        Step(name="create-venv", summary=f"a fresh venv at {paths['venv']}"),
+        Step(
+            name="install-build-requirements",
+            summary=f"{torch['requirement']} from {torch['index_url']}, then "
+            + " ".join(recipe.build_requires),
+        ),
+        Step(
+            name="compile",
+            summary=f"pip wheel --no-build-isolation with MAX_JOBS="
+            f"{jobs.max_jobs}, log at {paths['log']}",
+        ),
+        Step(name="repair", summary="auditwheel repair, torch libraries excluded; embed manifest"),
+        Step(name="deliver", summary=f"move the wheel and its manifest into {paths['wheel_dir']}"),
+    )
+
+
+def _source_summary(recipe: Recipe, options: BuildOptions) -> str:
+    if options.source_dir:
+        return f"use the source tree {options.source_dir} (no hash to check)"
+    return f"download {recipe.sdist} from the package index, check sha256 {recipe.sha256[:12]}…"

@@ -1,0 +1,140 @@
+"""Every setting has one name in three places: a TOML key, a VCB_ variable and a flag.
+
+The command line beats the environment, which beats `[tool.vllm-cpu-builder]` in ./pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolchain.errors import DataFileError, UsageError
+
+ENV_PREFIX = "VCB_"
+TOML_TABLE = "vllm-cpu-builder"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setting:
+    name: str
+    help: str
+    kind: type = str
+    default: Any = None
+    env_aliases: tuple[str, ...] = ()
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def toml_key(self) -> str:
+        return self.name.replace("_", "-")
+
+
+def default_cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "vllm-cpu-builder")
+
+
+BUILD_SETTINGS = (
+    Setting(name="vllm", help="vLLM version to build (default: the newest recipe)"),
+    Setting(name="target", help="ISA target (default: the best this host can build and run)"),
+    Setting(
+        name="jobs",
+        kind=int,
+        env_aliases=("MAX_JOBS",),
+        help="compile jobs (default: sized to available memory)",
+    ),
+    Setting(name="python", help="Python version to build for (default: the recipe's preferred)"),
+    Setting(
+        name="cxx",
+        env_aliases=("CXX",),
+        help="C++ compiler to use (default: a new enough g++ on PATH, else a provisioned one)",
+    ),
+    Setting(name="sources", help="local mirror of third-party sources (oneDNN, ACL)"),
+    Setting(name="source_dir", help="build this vLLM source tree instead of the PyPI sdist"),
+    Setting(name="torch_index", help="index for the PyTorch CPU build (default: the recipe's)"),
+    Setting(name="find_links", help="local wheel folders for pip, separated by ':'"),
+    Setting(
+        name="work_dir",
+        default=default_cache_dir(),
+        help="cache and build folder (default: ~/.cache/vllm-cpu-builder)",
+    ),
+    Setting(name="wheel_dir", default="wheels", help="where finished wheels land"),
+    Setting(
+        name="reserve_mib",
+        kind=int,
+        default=1024,
+        help="memory kept free beside the compile jobs, MiB (default: 1024)",
+    ),
+    Setting(name="recipes", help="recipes folder (default: the ones shipped with the toolkit)"),
+)
+
+
+def add_setting_flags(parser: argparse.ArgumentParser, settings: tuple[Setting, ...]) -> None:
+    for setting in settings:
+        parser.add_argument(
+            setting.flag,
+            dest=setting.name,
+            type=setting.kind,
+            default=None,
+            help=f"{setting.help} [{setting.env}]",
+        )
+
+
+def read_toml_settings(pyproject: Path) -> dict[str, Any]:
+    if not pyproject.is_file():
+        return {}
+    try:
+        data = tomllib.loads(pyproject.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise DataFileError(f"{pyproject}: not valid TOML: {exc}") from exc
+    section = data.get("tool", {}).get(TOML_TABLE, {})
+    if not isinstance(section, dict):
+        raise DataFileError(f"{pyproject}: [tool.{TOML_TABLE}] must be a table")
+    return section
+
+
+def _convert(setting: Setting, value: Any, origin: str) -> Any:
+    try:
+        return setting.kind(value)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{origin}: '{value}' is not a valid {setting.kind.__name__}") from exc
+
+
+def resolve_settings(
+    settings: tuple[Setting, ...],
+    cli: Mapping[str, Any],
+    environ: Mapping[str, str],
+    file_values: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Each setting's value: command line, then environment, then file, then default."""
+    known = {setting.toml_key for setting in settings}
+    unknown = set(file_values) - known
+    if unknown:
+        raise DataFileError(
+            f"[tool.{TOML_TABLE}]: unknown keys {sorted(unknown)}; known: {sorted(known)}"
+        )
+    values: dict[str, Any] = {}
+    for setting in settings:
+        value = cli.get(setting.name)
+        if value is None:
+            for var in (setting.env, *setting.env_aliases):
+                if environ.get(var):
+                    value = _convert(setting, environ[var], var)
+                    break
+        if value is None and setting.toml_key in file_values:
+            value = _convert(
+                setting, file_values[setting.toml_key], f"[tool.{TOML_TABLE}] {setting.toml_key}"
+            )
+        values[setting.name] = setting.default if value is None else value
+    return values
