@@ -26,6 +26,24 @@ def plan(session: nox.Session) -> None:
     _toolchain(session, "plan")
 
 
+@nox.session(name="build-wheel")
+def build_wheel(session: nox.Session) -> None:
+    """Compile a vLLM CPU wheel into wheels/ (`-- --vllm 0.32.0 --sources MIRROR`)."""
+    _toolchain(session, "build-wheel")
+
+
+@nox.session(name="fetch-sources")
+def fetch_sources(session: nox.Session) -> None:
+    """Fill a source mirror for air-gapped builds (`-- --vllm 0.32.0 --to DIR`)."""
+    _toolchain(session, "fetch-sources")
+
+
+@nox.session(name="provision-toolchain")
+def provision_toolchain(session: nox.Session) -> None:
+    """Unpack a new enough g++ into a private prefix, changing nothing system-wide."""
+    _toolchain(session, "provision-toolchain")
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """The default test run: unit tests, the CPU probe compiled here, and small real builds."""

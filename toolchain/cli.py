@@ -10,10 +10,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from toolchain.build import BuildRun, build_wheel
 from toolchain.errors import ToolchainError, UsageError
+from toolchain.fetch import fill_mirror
 from toolchain.host import Host, detect_host
+from toolchain.isa import SUPPORTED_ARCHES
 from toolchain.plan import BuildOptions, plan_build
-from toolchain.recipes import default_recipes_dir, known_versions, load_recipe
+from toolchain.provision import provision_gxx, provisioned_gxx
+from toolchain.recipes import Recipe, default_recipes_dir, known_versions, load_recipe
 from toolchain.report import render_host, render_plan
 from toolchain.settings import (
     BUILD_SETTINGS,
@@ -21,6 +25,7 @@ from toolchain.settings import (
     read_toml_settings,
     resolve_settings,
 )
+from toolchain.tools import tool_version
 
 MIB = 1024**2
 
@@ -99,14 +104,17 @@ def _optional_path(value: str | None) -> Path | None:
     return Path(value).expanduser() if value else None
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
-    values, options = options_from_args(args)
+def recipe_from_values(values: dict[str, Any]) -> Recipe:
     recipes_dir = Path(values["recipes"]) if values["recipes"] else default_recipes_dir()
     versions = known_versions(recipes_dir)
     if not versions:
         raise UsageError(f"no recipes in {recipes_dir}", hint="point --recipes at a recipes folder")
-    recipe = load_recipe(recipes_dir, values["vllm"] or versions[-1])
-    plan = plan_build(host_from_args(args), recipe, options)
+    return load_recipe(recipes_dir, values["vllm"] or versions[-1])
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    values, options = options_from_args(args)
+    plan = plan_build(host_from_args(args), recipe_from_values(values), options)
     if args.json:
         print_json(plan.to_json())
     else:
@@ -114,8 +122,55 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_build_wheel(args: argparse.Namespace) -> int:
+    values, options = options_from_args(args)
+    host = detect_host()
+    plan = plan_build(host, recipe_from_values(values), options)
+    build_wheel(
+        BuildRun(
+            plan=plan,
+            host=host,
+            index_url=values["index_url"],
+            allow_cuda_torch=values["allow_cuda_torch"],
+        )
+    )
+    return 0
+
+
+def cmd_fetch_sources(args: argparse.Namespace) -> int:
+    values, _ = options_from_args(args)
+    repos = dict(_name_path(item) for item in args.git or [])
+    fill_mirror(
+        recipe_from_values(values),
+        args.to,
+        index_url=values["index_url"],
+        arches=SUPPORTED_ARCHES if args.arch == "all" else (args.arch,),
+        git_repos=repos,
+    )
+    return 0
+
+
+def _name_path(item: str) -> tuple[str, Path]:
+    name, sep, path = item.partition("=")
+    if not sep or not path:
+        raise UsageError(f"--git takes NAME=PATH (e.g. oneDNN=/src/oneDNN.git), not '{item}'")
+    return name, Path(path)
+
+
+def cmd_provision_toolchain(args: argparse.Namespace) -> int:
+    _, options = options_from_args(args)
+    host = detect_host()
+    host.require_supported()
+    log = options.work_dir / "provision.log"
+    prefix = provision_gxx(options.work_dir, host.arch, log=log)
+    cc, cxx = provisioned_gxx(prefix)
+    print(f"g++ {tool_version(cxx)} ready: CC={cc} CXX={cxx} (log: {log})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m toolchain", description=__doc__)
+    parser = _Parser(prog="python -m toolchain",
+                     description="Build vLLM for CPUs, verify the wheel, publish it.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     detect = commands.add_parser("detect", help="report this machine's CPU, memory and tools")
     add_host_options(detect)
@@ -124,6 +179,27 @@ def build_parser() -> argparse.ArgumentParser:
     add_host_options(plan)
     add_setting_flags(plan, BUILD_SETTINGS)
     plan.set_defaults(handler=cmd_plan)
+    build = commands.add_parser("build-wheel", help="compile a vLLM CPU wheel into wheels/")
+    add_setting_flags(build, BUILD_SETTINGS)
+    build.set_defaults(handler=cmd_build_wheel)
+    fetch = commands.add_parser(
+        "fetch-sources", help="fill a source mirror for air-gapped builds (needs network)"
+    )
+    add_setting_flags(fetch, BUILD_SETTINGS)
+    fetch.add_argument("--to", type=Path, required=True, help="the mirror folder to fill")
+    fetch.add_argument("--arch", choices=[*SUPPORTED_ARCHES, "all"], default="all")
+    fetch.add_argument(
+        "--git",
+        action="append",
+        metavar="NAME=PATH",
+        help="make NAME's archive from a local git repository instead of GitHub",
+    )
+    fetch.set_defaults(handler=cmd_fetch_sources)
+    provision = commands.add_parser(
+        "provision-toolchain", help="unpack a new enough g++ into a private prefix"
+    )
+    add_setting_flags(provision, BUILD_SETTINGS)
+    provision.set_defaults(handler=cmd_provision_toolchain)
     return parser
 
 

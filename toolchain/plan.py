@@ -12,12 +12,12 @@ from packaging.version import Version
 from toolchain.errors import PlanError
 from toolchain.host import Host
 from toolchain.jobs import JobSizing, size_jobs
+from toolchain.provision import gxx_recipe, prefix_for, provisioned_gxx
 from toolchain.recipes import Recipe
 from toolchain.settings import default_cache_dir
 from toolchain.target import choose_target, runs_on
 
 MIB = 1024**2
-PROVISIONED_GXX = {"version": "12.4.0", "debian_release": "trixie", "package_version": "12.4.0-5"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +110,7 @@ def choose_compiler(
             "cc": _matching_cc(cxx),
             "version": "checked at build time",
             "origin": "CXX / --cxx",
+            "minimum": minimum or "",
         }, []
     candidates = [
         tool
@@ -125,23 +126,22 @@ def choose_compiler(
             "cc": _matching_cc(best.path),
             "version": best.version or "",
             "origin": "PATH",
+            "minimum": minimum or "",
         }, []
-    prefix = (
-        options.work_dir / "toolchains" / f"gcc-{PROVISIONED_GXX['package_version']}-"
-        f"{PROVISIONED_GXX['debian_release']}"
-    )
+    recipe_gxx, prefix = gxx_recipe(), prefix_for(options.work_dir)
+    cc_path, cxx_path = provisioned_gxx(prefix)
     found = ", ".join(f"{t.name} {t.version}" for t in host.tools if t.name.startswith("g++"))
     step = Step(
         name="provision-toolchain",
-        summary=f"unpack Debian {PROVISIONED_GXX['debian_release']}'s g++-12 "
-        f"{PROVISIONED_GXX['package_version']} into {prefix} (found: "
-        f"{found or 'no g++'}; need >= {minimum})",
+        summary=f"unpack Debian {recipe_gxx.release}'s g++-{recipe_gxx.major} "
+        f"{recipe_gxx.version} into {prefix} (found: {found or 'no g++'}; need >= {minimum})",
     )
     return {
-        "cxx": str(prefix / "usr/bin/g++-12"),
-        "cc": str(prefix / "usr/bin/gcc-12"),
-        "version": PROVISIONED_GXX["version"],
+        "cxx": str(cxx_path),
+        "cc": str(cc_path),
+        "version": recipe_gxx.version,
         "origin": "provisioned",
+        "minimum": minimum or "",
     }, [step]
 
 
@@ -178,6 +178,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         / (f"vllm-{recipe.vllm}-{arch}-{target.name}-cp{py_version.replace('.', '')}")
     )
     paths = {
+        "work_dir": options.work_dir,
         "build_dir": build_dir,
         "venv": build_dir / "venv",
         "src": build_dir / "src",

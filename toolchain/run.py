@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,3 +60,53 @@ def capture(argv: Sequence[str | Path], *, timeout: float = 60.0, check: bool = 
             f"{' '.join(output.argv)} failed with exit code {done.returncode}: {detail[0]}"
         )
     return output
+
+
+def changed_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of `env` that differ from this process's environment."""
+    return {key: value for key, value in env.items() if os.environ.get(key) != value}
+
+
+def announce(argv: Sequence[str | Path], env: Mapping[str, str] | None = None) -> None:
+    """Print the command shell-quoted, after the environment variables it changes."""
+    changes = changed_env(env) if env is not None else {}
+    prefix = " ".join(f"{key}={shlex.quote(value)}" for key, value in sorted(changes.items()))
+    print(f"+ {prefix + ' ' if prefix else ''}{shlex.join(str(arg) for arg in argv)}", flush=True)
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def run_logged(
+    argv: Sequence[str | Path],
+    *,
+    log: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    what: str = "",
+) -> None:
+    """Run a long step with its output appended to `log`; on failure show the log's last lines."""
+    resolved = [resolve(argv[0]), *(str(arg) for arg in argv[1:])]
+    announce(resolved, env)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as handle:
+        handle.write(f"\n+ {shlex.join(resolved)}\n")
+        handle.flush()
+        done = subprocess.run(
+            resolved,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            check=False,
+        )
+    if done.returncode != 0:
+        raise ProcessFailedError(
+            f"{what or Path(resolved[0]).name} failed with exit code {done.returncode}; "
+            f"last lines of {log}:\n{tail(log)}",
+            hint=f"the full log is {log}",
+        )

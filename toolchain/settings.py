@@ -77,18 +77,36 @@ BUILD_SETTINGS = (
         help="memory kept free beside the compile jobs, MiB (default: 1024)",
     ),
     Setting(name="recipes", help="recipes folder (default: the ones shipped with the toolkit)"),
+    Setting(
+        name="index_url",
+        default="https://pypi.org/simple",
+        help="package index the vLLM sdist is downloaded from (default: PyPI)",
+    ),
+    Setting(
+        name="allow_cuda_torch",
+        kind=bool,
+        default=False,
+        help="accept a CUDA build of torch in the build venv (default: refuse)",
+    ),
 )
 
 
 def add_setting_flags(parser: argparse.ArgumentParser, settings: tuple[Setting, ...]) -> None:
     for setting in settings:
-        parser.add_argument(
-            setting.flag,
-            dest=setting.name,
-            type=setting.kind,
-            default=None,
-            help=f"{setting.help} [{setting.env}]",
-        )
+        help_text = f"{setting.help} [{setting.env}]"
+        if setting.kind is bool:
+            parser.add_argument(
+                setting.flag,
+                dest=setting.name,
+                action="store_const",
+                const=True,
+                default=None,
+                help=help_text,
+            )
+        else:
+            parser.add_argument(
+                setting.flag, dest=setting.name, type=setting.kind, default=None, help=help_text
+            )
 
 
 def read_toml_settings(pyproject: Path) -> dict[str, Any]:
@@ -105,6 +123,12 @@ def read_toml_settings(pyproject: Path) -> dict[str, Any]:
 
 
 def _convert(setting: Setting, value: Any, origin: str) -> Any:
+    if setting.kind is bool:
+        if isinstance(value, bool):
+            return value
+        if str(value).lower() in {"1", "true", "yes", "on", "0", "false", "no", "off"}:
+            return str(value).lower() in {"1", "true", "yes", "on"}
+        raise UsageError(f"{origin}: '{value}' is not true or false")
     try:
         return setting.kind(value)
     except (TypeError, ValueError) as exc:

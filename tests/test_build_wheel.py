@@ -1,0 +1,202 @@
+"""build-wheel end to end on a tiny vLLM-like package: sources, venv, compile, repair, deliver."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from toolchain.cli import main
+from toolchain.fetch import tar_sha256
+from toolchain.wheelfile import read_manifest, requires_dist
+
+FIXTURES = Path(__file__).parent / "fixtures"
+RECIPES = Path(__file__).parent.parent / "recipes"
+FAKE_DNNL_H = "#define FAKE_DNNL_ANSWER 42\n"
+
+
+def _tar_gz(path: Path, files: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in sorted(files.items()):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _fake_sdist(path: Path) -> Path:
+    source = FIXTURES / "fake-vllm"
+    files = {
+        f"vllm-0.1.0/{p.relative_to(source)}": p.read_bytes()
+        for p in sorted(source.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    return _tar_gz(path, files)
+
+
+def _fake_torch_wheel(folder: Path) -> Path:
+    """A torch 2.13.0+cpu stand-in: what the build venv checks (version, not CUDA), nothing else."""
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / "torch-2.13.0+cpu-py3-none-any.whl"
+    files = {
+        "torch/__init__.py": b"__version__ = '2.13.0+cpu'\n\nclass version:\n    cuda = None\n",
+        "torch-2.13.0+cpu.dist-info/METADATA": (
+            b"Metadata-Version: 2.1\nName: torch\nVersion: 2.13.0+cpu\n"
+        ),
+        "torch-2.13.0+cpu.dist-info/WHEEL": (
+            b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+        archive.writestr("torch-2.13.0+cpu.dist-info/RECORD", "")
+    return wheel
+
+
+@pytest.fixture
+def fake_release(tmp_path: Path) -> dict[str, Path]:
+    """A recipe folder, a source mirror and a torch folder for a fake vLLM 0.1.0."""
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    sdist = _fake_sdist(mirror / "vllm-0.1.0.tar.gz")
+    dnnl = _tar_gz(
+        mirror / "fakednn-1.0.tar.gz", {"fakednn-1.0/include/fake_dnnl.h": FAKE_DNNL_H.encode()}
+    )
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    shutil.copy(RECIPES / "isa-models.toml", recipes)
+    (recipes / "vllm-0.1.0.toml").write_text(f"""
+vllm = "0.1.0"
+[source]
+sdist = "vllm-0.1.0.tar.gz"
+sha256 = "{hashlib.sha256(sdist.read_bytes()).hexdigest()}"
+[python]
+requires = ">=3.10"
+preferred = "{sys.version_info.major}.{sys.version_info.minor}"
+[torch]
+x86_64 = "2.13.0+cpu"
+aarch64 = "2.13.0+cpu"
+index = "http://127.0.0.1:9/simple"
+[build]
+requires = ["setuptools", "wheel", "cmake", "ninja"]
+memory_per_job_mib = 256
+[toolchain]
+gxx_min = {{ x86_64 = "9" }}
+cmake_min = "3.18"
+[isa_model]
+x86_64 = "x86-dispatch"
+aarch64 = "arm-switches"
+[[third_party]]
+name = "fakednn"
+repository = "https://example.invalid/fakednn.git"
+ref = "v1.0"
+archive = "fakednn-1.0.tar.gz"
+tar_sha256 = "{tar_sha256(dnnl)}"
+env = "FETCHCONTENT_SOURCE_DIR_ONEDNN"
+[[drop_requirements]]
+name = "triton"
+reason = "a direct URL"
+""")
+    return {
+        "recipes": recipes,
+        "mirror": mirror,
+        "torch": _fake_torch_wheel(tmp_path / "torch").parent,
+        "work": tmp_path / "work",
+        "wheels": tmp_path / "wheels",
+    }
+
+
+def _build_args(paths: dict[str, Path], *extra: str) -> list[str]:
+    return [
+        "build-wheel",
+        "--recipes",
+        str(paths["recipes"]),
+        "--vllm",
+        "0.1.0",
+        "--sources",
+        str(paths["mirror"]),
+        "--find-links",
+        str(paths["torch"]),
+        "--work-dir",
+        str(paths["work"]),
+        "--wheel-dir",
+        str(paths["wheels"]),
+        "--cxx",
+        shutil.which("g++") or "g++",
+        *extra,
+    ]
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(
+    shutil.which("g++") is None or not Path("/usr/include/numa.h").is_file(),
+    reason="needs g++ and libnuma-dev (.ci/run installs them)",
+)
+def test_fake_vllm_builds_into_a_tagged_repaired_wheel(
+    fake_release: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(_build_args(fake_release, "--jobs", "1")) == 0
+    out = capsys.readouterr().out
+    wheels = sorted(fake_release["wheels"].glob("*.whl"))
+    assert [w.name.split("-")[1] for w in wheels] == ["0.1.0+cpu.portable"]
+    wheel = wheels[0]
+    assert "manylinux" in wheel.name, "auditwheel repaired and retagged it"
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        info = json.loads(archive.read("vllm/_build_info.json"))
+    assert info == {"max_jobs": "1", "target_device": "cpu"}
+    assert any("libnuma" in name for name in names), "libnuma is bundled by auditwheel"
+    assert not any(r.startswith("triton") for r in requires_dist(wheel))
+    embedded = read_manifest(wheel)
+    assert embedded is not None
+    assert embedded["target_isa"] == "portable" and embedded["min_isa"] == ["avx2", "f16c"]
+    assert embedded["third_party"][0]["name"] == "fakednn"
+    sidecar = json.loads((wheel.parent / f"{wheel.name}.manifest.json").read_text())
+    assert sidecar["wheel_sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert sidecar["jobs"]["max_jobs"] == 1
+    assert "sha256  " + sidecar["wheel_sha256"] in out
+    assert not list(fake_release["wheels"].glob(".*")), "no temporary files left behind"
+
+    venv = tmp_path / "check-venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", "--no-deps", str(wheel)], check=True
+    )
+    answer = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import vllm; print(vllm.kernel_answer())"],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert answer.stdout.strip() == "42"
+
+    # A second run reuses the checked source, the unpacked mirror and the build venv.
+    assert main(_build_args(fake_release, "--jobs", "1")) == 0
+    again = capsys.readouterr().out
+    assert "cached at" in again and "reusing" in again
+
+
+def test_missing_mirror_file_stops_before_compiling(
+    no_probe: None,
+    fake_release: dict[str, Path],
+    capsys: pytest.CaptureFixture[str],
+    fake_programs,
+) -> None:
+    (fake_release["mirror"] / "fakednn-1.0.tar.gz").unlink()
+    fake_programs.add("g++", "12.2.0\n")
+    fake_programs.add("python3.11", "")
+    code = main([*_build_args(fake_release)[:-2], "--python", "3.11"])
+    err = capsys.readouterr().err
+    assert code == 8
+    assert "fakednn-1.0.tar.gz is missing (expected tar sha256" in err
+    assert "Traceback" not in err

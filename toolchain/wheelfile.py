@@ -1,0 +1,97 @@
+"""Rewriting a built wheel: drop requirements no offline install accepts, embed the manifest."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import zipfile
+from collections.abc import Iterable
+from email.parser import Parser
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from toolchain.fetch import atomic_path
+
+MANIFEST_NAME = "vllm_cpu_builder.json"
+
+
+def dist_info(names: Iterable[str]) -> str:
+    folders = {name.split("/", 1)[0] for name in names if ".dist-info/" in name}
+    if len(folders) != 1:
+        raise ValueError(f"expected one .dist-info folder, found {sorted(folders)}")
+    return folders.pop()
+
+
+def _record_hash(data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+    return f"sha256={digest.decode()}"
+
+
+def drop_requirements(metadata: str, names: Iterable[str]) -> tuple[str, list[str]]:
+    """METADATA without the Requires-Dist lines of `names`; and the lines removed."""
+    wanted = {canonicalize_name(name) for name in names}
+    kept, dropped = [], []
+    for line in metadata.splitlines(keepends=True):
+        if line.startswith("Requires-Dist:"):
+            try:
+                requirement = Requirement(line.split(":", 1)[1].strip())
+            except InvalidRequirement:
+                requirement = None
+            if requirement is not None and canonicalize_name(requirement.name) in wanted:
+                dropped.append(line.strip())
+                continue
+        kept.append(line)
+    return "".join(kept), dropped
+
+
+def rewrite_wheel(wheel: Path, *, drop: Iterable[str], manifest: dict[str, Any]) -> list[str]:
+    """Rewrite `wheel` in place (atomically); returns the Requires-Dist lines dropped."""
+    with zipfile.ZipFile(wheel) as source:
+        info_dir = dist_info(source.namelist())
+        metadata_name, record_name = f"{info_dir}/METADATA", f"{info_dir}/RECORD"
+        metadata, dropped = drop_requirements(source.read(metadata_name).decode(), drop)
+        replaced = {
+            metadata_name: metadata.encode(),
+            f"{info_dir}/{MANIFEST_NAME}": json.dumps(manifest, indent=2, sort_keys=True).encode(),
+        }
+        with (
+            atomic_path(wheel) as temporary,
+            zipfile.ZipFile(temporary, "w", compression=zipfile.ZIP_DEFLATED) as target,
+        ):
+            records = []
+            for item in source.infolist():
+                if item.filename in (record_name, *replaced):
+                    continue
+                data = source.read(item)
+                target.writestr(item, data)
+                records.append(f"{item.filename},{_record_hash(data)},{len(data)}")
+            for name, data in replaced.items():
+                target.writestr(name, data)
+                records.append(f"{name},{_record_hash(data)},{len(data)}")
+            records.append(f"{record_name},,")
+            target.writestr(record_name, "\n".join(records) + "\n")
+    return dropped
+
+
+def read_manifest(wheel: Path) -> dict[str, Any] | None:
+    """The manifest this toolkit embedded, or None for other wheels."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = f"{dist_info(archive.namelist())}/{MANIFEST_NAME}"
+        if name not in archive.namelist():
+            return None
+        data: dict[str, Any] = json.loads(archive.read(name))
+        return data
+
+
+def wheel_version(wheel: Path) -> str:
+    return str(parse_wheel_filename(wheel.name)[1])
+
+
+def requires_dist(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        text = archive.read(f"{dist_info(archive.namelist())}/METADATA").decode()
+    return Parser().parsestr(text).get_all("Requires-Dist") or []
