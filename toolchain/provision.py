@@ -74,6 +74,7 @@ def provision_gxx(work_dir: Path, arch: str, *, log: Path) -> Path:
     # written last, is what makes a prefix count as finished.
     shutil.rmtree(prefix, ignore_errors=True)
     debs = _download(recipe, work_dir / "apt" / recipe.release, log=log)
+    (prefix / "runtime").mkdir(parents=True)
     for deb in debs["compiler"]:
         run.run_logged(["dpkg-deb", "-x", deb, prefix], log=log)
     for deb in debs["runtime"]:
