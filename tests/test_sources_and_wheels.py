@@ -1,0 +1,154 @@
+"""Source checks, atomic writes, the memory guard and wheel rewriting, without real builds."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import io
+import signal
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from toolchain import compile as compile_module
+from toolchain.compile import MemoryGuard, Process, descendants
+from toolchain.fetch import SourceError, atomic_path, fetch_sdist, tar_sha256, unpack_tar
+from toolchain.memory import GIB
+from toolchain.wheelfile import drop_requirements, read_manifest, requires_dist, rewrite_wheel
+
+
+def _tar_bytes(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_tar_hash_ignores_compression(tmp_path: Path) -> None:
+    data = _tar_bytes({"oneDNN-3.13/README": b"hello"})
+    plain, packed = tmp_path / "a.tar", tmp_path / "a.tar.gz"
+    plain.write_bytes(data)
+    packed.write_bytes(gzip.compress(data, compresslevel=1))
+    assert tar_sha256(plain) == tar_sha256(packed) == hashlib.sha256(data).hexdigest()
+
+
+def test_unpack_takes_the_top_folder_and_reuses_a_finished_copy(tmp_path: Path) -> None:
+    archive = tmp_path / "dep.tar"
+    archive.write_bytes(_tar_bytes({"dep-1.0/include/x.h": b"#define X 1\n"}))
+    target = tmp_path / "deps" / "dep-1.0"
+    unpack_tar(archive, target, stamp="abc")
+    assert (target / "include" / "x.h").read_text() == "#define X 1\n"
+    (target / "include" / "x.h").write_text("changed")
+    unpack_tar(archive, target, stamp="abc")
+    assert (target / "include" / "x.h").read_text() == "changed", "same stamp: reused"
+    unpack_tar(archive, target, stamp="other")
+    assert (target / "include" / "x.h").read_text() == "#define X 1\n", "new stamp: unpacked anew"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["dep-1.0"]
+
+
+def test_atomic_path_leaves_nothing_on_failure(tmp_path: Path) -> None:
+    final = tmp_path / "out.whl"
+    with pytest.raises(RuntimeError), atomic_path(final) as temporary:
+        temporary.write_text("half")
+        raise RuntimeError("interrupted")
+    assert list(tmp_path.iterdir()) == []
+    with atomic_path(final) as temporary:
+        temporary.write_text("whole")
+    assert [p.name for p in tmp_path.iterdir()] == ["out.whl"]
+
+
+def test_sdist_with_the_wrong_hash_is_refused(tmp_path: Path) -> None:
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    (mirror / "vllm-0.1.0.tar.gz").write_bytes(b"not the real sdist")
+    with pytest.raises(SourceError, match="has sha256 .* the recipe expects 0000"):
+        fetch_sdist(
+            sdist="vllm-0.1.0.tar.gz",
+            sha256="0" * 64,
+            cache=tmp_path / "cache" / "x",
+            index_url="http://127.0.0.1:9/simple",
+            mirror=mirror,
+        )
+    assert not (tmp_path / "cache").exists()
+
+
+def _proc(pid: int, parent: int, name: str, started: int) -> Process:
+    return Process(pid=pid, parent=parent, name=name, rss_bytes=GIB, started=started)
+
+
+def test_descendants_walk_the_whole_tree() -> None:
+    table = [
+        _proc(10, 1, "pip", 0),
+        _proc(11, 10, "ninja", 1),
+        _proc(12, 11, "cc1plus", 2),
+        _proc(13, 11, "cc1plus", 3),
+        _proc(99, 1, "sshd", 0),
+    ]
+    assert {p.pid for p in descendants(10, table)} == {11, 12, 13}
+
+
+def test_memory_guard_pauses_the_youngest_compiler_and_resumes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(compile_module.os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    guard = MemoryGuard(margin_bytes=1 * GIB, resume_bytes=3 * GIB)
+    tree = [_proc(11, 10, "ninja", 1), _proc(12, 11, "cc1plus", 2), _proc(13, 11, "cc1plus", 3)]
+    assert guard.step(8 * GIB, tree) is None
+    message = guard.step(GIB // 2, tree)
+    assert message is not None and "paused cc1plus 13" in message
+    assert sent == [(13, signal.SIGSTOP)]
+    assert guard.step(GIB // 2, tree) is None, "the last running compiler is never paused"
+    assert guard.step(2 * GIB, tree) is None, "not yet enough memory to resume"
+    message = guard.step(4 * GIB, tree)
+    assert message is not None and "resumed 13" in message
+    assert sent[-1] == (13, signal.SIGCONT)
+
+
+def _wheel(path: Path, requires: list[str]) -> Path:
+    metadata = "Metadata-Version: 2.1\nName: vllm\nVersion: 0.1.0+cpu.portable\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires
+    )
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("vllm/__init__.py", "")
+        archive.writestr("vllm-0.1.0+cpu.portable.dist-info/METADATA", metadata)
+        archive.writestr("vllm-0.1.0+cpu.portable.dist-info/RECORD", "")
+    return path
+
+
+def test_drop_requirements_matches_names_not_substrings() -> None:
+    text = (
+        "Name: vllm\nRequires-Dist: triton @ https://x/triton.whl ; platform_machine == 'x86_64'\n"
+        "Requires-Dist: triton-kernels\nRequires-Dist: torch==2.13.0+cpu\n"
+    )
+    kept, dropped = drop_requirements(text, ["triton"])
+    assert dropped == [
+        "Requires-Dist: triton @ https://x/triton.whl ; platform_machine == 'x86_64'"
+    ]
+    assert "triton-kernels" in kept and "torch==2.13.0+cpu" in kept
+
+
+def test_rewrite_embeds_the_manifest_with_a_valid_record(tmp_path: Path) -> None:
+    wheel = _wheel(
+        tmp_path / "vllm-0.1.0+cpu.portable-py3-none-any.whl", ["triton @ https://x/t.whl", "numpy"]
+    )
+    dropped = rewrite_wheel(wheel, drop=["triton"], manifest={"target_isa": "portable"})
+    assert dropped == ["Requires-Dist: triton @ https://x/t.whl"]
+    assert requires_dist(wheel) == ["numpy"]
+    assert read_manifest(wheel) == {"target_isa": "portable"}
+    with zipfile.ZipFile(wheel) as archive:
+        record = archive.read("vllm-0.1.0+cpu.portable.dist-info/RECORD").decode().splitlines()
+        for line in record:
+            name, digest, size = line.rsplit(",", 2)
+            if not digest:
+                continue
+            data = archive.read(name)
+            expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            assert digest == f"sha256={expected.decode()}" and int(size) == len(data)
+    assert [p.name for p in tmp_path.iterdir()] == [wheel.name]
