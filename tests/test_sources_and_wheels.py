@@ -67,7 +67,7 @@ def test_sdist_with_the_wrong_hash_is_refused(tmp_path: Path) -> None:
     mirror = tmp_path / "mirror"
     mirror.mkdir()
     (mirror / "vllm-0.1.0.tar.gz").write_bytes(b"not the real sdist")
-    with pytest.raises(SourceError, match="has sha256 .* the recipe expects 0000"):
+    with pytest.raises(SourceError, match=r"has sha256 .* the recipe expects 0000"):
         fetch_sdist(
             sdist="vllm-0.1.0.tar.gz",
             sha256="0" * 64,
