@@ -25,6 +25,8 @@ from toolchain.settings import (
     read_toml_settings,
     resolve_settings,
 )
+from toolchain.shadowing import check_shadowing
+from toolchain.spawn_lint import lint_script
 from toolchain.tools import tool_version
 
 MIB = 1024**2
@@ -168,9 +170,37 @@ def cmd_provision_toolchain(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lint_script(args: argparse.Namespace) -> int:
+    findings = []
+    for path in args.files:
+        try:
+            findings += lint_script(path)
+        except (OSError, SyntaxError) as exc:
+            raise UsageError(f"cannot read {path} as Python: {exc}") from exc
+    for finding in findings:
+        print(finding)
+    if not findings:
+        print(f"ok: no engine starts at import time in {len(args.files)} file(s)")
+    return 1 if findings else 0
+
+
+def cmd_check_shadowing(args: argparse.Namespace) -> int:
+    problems = check_shadowing(args.folder)
+    for problem in problems:
+        print(
+            f"{problem}: Python run from {args.folder} imports it instead of the installed "
+            "vLLM (\"cannot import name 'LLM' from 'vllm' (unknown location)\"); run from "
+            "another folder or rename it"
+        )
+    if not problems:
+        print(f"ok: nothing in {args.folder} or on PYTHONPATH shadows the vllm package")
+    return 1 if problems else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m toolchain",
-                     description="Build vLLM for CPUs, verify the wheel, publish it.")
+    parser = _Parser(
+        prog="python -m toolchain", description="Build vLLM for CPUs, verify the wheel, publish it."
+    )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     detect = commands.add_parser("detect", help="report this machine's CPU, memory and tools")
     add_host_options(detect)
@@ -200,6 +230,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_setting_flags(provision, BUILD_SETTINGS)
     provision.set_defaults(handler=cmd_provision_toolchain)
+    lint = commands.add_parser(
+        "lint-script", help="find scripts that start an engine outside a __main__ guard"
+    )
+    lint.add_argument("files", nargs="+", type=Path)
+    lint.set_defaults(handler=cmd_lint_script)
+    shadow = commands.add_parser(
+        "check-shadowing", help="find a vllm folder or module that hides the installed one"
+    )
+    shadow.add_argument("folder", nargs="?", type=Path, default=Path.cwd())
+    shadow.set_defaults(handler=cmd_check_shadowing)
     return parser
 
 

@@ -1,0 +1,95 @@
+"""lint-script and check-shadowing: the two traps a correct wheel still falls into."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from toolchain.cli import main
+from toolchain.shadowing import check_shadowing
+from toolchain.spawn_lint import lint_script
+
+
+def _script(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "run.py"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("source", "lines"),
+    [
+        ("from vllm import LLM\nllm = LLM(model='m')\n", [2]),
+        ("from vllm import LLM as Engine\nx = 1\nengine = Engine('m')\n", [3]),
+        ("import vllm\nllm = vllm.LLM('m')\n", [2]),
+        ("import vllm as v\nprint(v.LLM('m').generate('hi'))\n", [2]),
+        (
+            "from vllm.engine.async_llm_engine import AsyncLLMEngine\n"
+            "e = AsyncLLMEngine.from_engine_args(args)\n",
+            [2],
+        ),
+        ("from vllm import LLM\ndef make():\n    return LLM('m')\nllm = make()\n", [4]),
+        (
+            "from vllm import LLM\ndef a():\n    return LLM('m')\ndef b():\n    return a()\nb()\n",
+            [6],
+        ),
+        ("from vllm import LLM\nclass Holder:\n    engine = LLM('m')\n", [3]),
+        ("from vllm import LLM\nif True:\n    llm = LLM('m')\n", [3]),
+    ],
+)
+def test_engine_started_at_import_is_found(tmp_path: Path, source: str, lines: list[int]) -> None:
+    assert [f.line for f in lint_script(_script(tmp_path, source))] == lines
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from vllm import LLM\nif __name__ == '__main__':\n    llm = LLM('m')\n",
+        "from vllm import LLM\ndef main():\n    LLM('m')\nif __name__ == \"__main__\":\n    main()\n",
+        "from vllm import SamplingParams\nparams = SamplingParams(max_tokens=8)\n",
+        "from mylib import LLM\nllm = LLM()\n",  # not vLLM's
+        "import vllm\nclass Runner:\n    def start(self):\n        return vllm.LLM('m')\n",
+        "# LLM('m') in a comment\ntext = \"LLM('m')\"\n",
+    ],
+)
+def test_guarded_or_unrelated_code_passes(tmp_path: Path, source: str) -> None:
+    assert lint_script(_script(tmp_path, source)) == []
+
+
+def test_lint_command_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = _script(tmp_path, "from vllm import LLM\nllm = LLM('m')\n")
+    good = tmp_path / "good.py"
+    good.write_text("from vllm import LLM\nif __name__ == '__main__':\n    LLM('m')\n")
+    assert main(["lint-script", str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert f"{bad}:2: LLM(...) runs when the script is imported" in out
+    assert 'if __name__ == "__main__":' in out
+    assert main(["lint-script", str(good)]) == 0
+    broken = tmp_path / "broken.py"
+    broken.write_text("def (:\n")
+    assert main(["lint-script", str(broken)]) == 2
+
+
+def test_shadowing_folder_module_and_pythonpath(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "vllm").mkdir(parents=True)
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "vllm.py").write_text("")
+    problems = check_shadowing(project, pythonpath=str(extra))
+    assert any("namespace package" in p for p in problems)
+    assert any("vllm.py is a module named vllm" in p for p in problems)
+    assert check_shadowing(tmp_path / "extra" / "..", pythonpath="") == []
+
+
+def test_check_shadowing_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    assert main(["check-shadowing", str(tmp_path)]) == 0
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("")
+    assert main(["check-shadowing", str(tmp_path)]) == 1
+    assert "cannot import name 'LLM' from 'vllm' (unknown location)" in capsys.readouterr().out
