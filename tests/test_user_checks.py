@@ -48,7 +48,7 @@ def test_engine_started_at_import_is_found(tmp_path: Path, source: str, lines: l
     [
         "from vllm import LLM\nif __name__ == '__main__':\n    llm = LLM('m')\n",
         "from vllm import LLM\ndef main():\n    LLM('m')\n"
-        "if __name__ == \"__main__\":\n    main()\n",
+        'if __name__ == "__main__":\n    main()\n',
         "from vllm import SamplingParams\nparams = SamplingParams(max_tokens=8)\n",
         "from mylib import LLM\nllm = LLM()\n",  # not vLLM's
         "import vllm\nclass Runner:\n    def start(self):\n        return vllm.LLM('m')\n",

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from toolchain.errors import ToolchainError, UsageError
 from toolchain.fetch import fill_mirror
 from toolchain.host import Host, detect_host
 from toolchain.isa import SUPPORTED_ARCHES
+from toolchain.kernels import describe, load_kernels, package_dir
 from toolchain.plan import BuildOptions, plan_build
 from toolchain.provision import provision_gxx, provisioned_gxx
 from toolchain.recipes import Recipe, default_recipes_dir, known_versions, load_recipe
@@ -197,6 +200,23 @@ def cmd_check_shadowing(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def cmd_check_kernels(args: argparse.Namespace) -> int:
+    host = detect_host()
+    scratch = Path(tempfile.mkdtemp(prefix="vcb-kernels-"))  # nothing here can shadow vllm
+    try:
+        folder = package_dir(args.python, scratch)
+        results = load_kernels(args.python, folder, arch=host.arch, isa=host.isa, cwd=scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if not results:
+        raise UsageError(f"{folder} holds no kernel libraries (_C*.so): not a CPU build of vLLM")
+    for result in results:
+        print(describe(result))
+    loaded = [r for r in results if r.status == "ok"]
+    broken = [r for r in results if r.status == "error"]
+    return 0 if loaded and not broken else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m toolchain", description="Build vLLM for CPUs, verify the wheel, publish it."
@@ -240,6 +260,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     shadow.add_argument("folder", nargs="?", type=Path, default=Path.cwd())
     shadow.set_defaults(handler=cmd_check_shadowing)
+    kernels = commands.add_parser(
+        "check-kernels", help="load every vLLM kernel library, each in its own process"
+    )
+    kernels.add_argument(
+        "--python",
+        type=Path,
+        default=Path(sys.executable),
+        help="the Python of the environment to check (default: this one)",
+    )
+    kernels.set_defaults(handler=cmd_check_kernels)
     return parser
 
 

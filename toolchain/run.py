@@ -42,12 +42,18 @@ def resolve(program: str | Path) -> str:
     return found
 
 
-def capture(argv: Sequence[str | Path], *, timeout: float = 60.0, check: bool = True) -> Output:
+def capture(
+    argv: Sequence[str | Path],
+    *,
+    timeout: float = 60.0,
+    check: bool = True,
+    cwd: Path | None = None,
+) -> Output:
     """Run a short query (`g++ -dumpfullversion`, the CPU probe) and return what it printed."""
     resolved = [resolve(argv[0]), *(str(arg) for arg in argv[1:])]
     try:
         done = subprocess.run(
-            resolved, capture_output=True, text=True, timeout=timeout, check=False
+            resolved, capture_output=True, text=True, timeout=timeout, check=False, cwd=cwd
         )
     except subprocess.TimeoutExpired as exc:
         raise ProcessFailedError(f"{argv[0]} did not answer within {timeout:.0f} s") from exc

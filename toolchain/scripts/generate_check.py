@@ -33,15 +33,19 @@ def main() -> int:
     outputs = llm.generate(prompts, params)
     seconds = time.monotonic() - started
     tokens = sum(len(output.outputs[0].token_ids) for output in outputs)
-    print(json.dumps({
-        "vllm_version": vllm.__version__,
-        "prompts": len(prompts),
-        "generated_tokens": tokens,
-        "seconds": round(seconds, 3),
-        "tokens_per_second": round(tokens / seconds, 1) if seconds else None,
-        "load_seconds": round(load_seconds, 1),
-        "first_text": outputs[0].outputs[0].text,
-    }))
+    print(
+        json.dumps(
+            {
+                "vllm_version": vllm.__version__,
+                "prompts": len(prompts),
+                "generated_tokens": tokens,
+                "seconds": round(seconds, 3),
+                "tokens_per_second": round(tokens / seconds, 1) if seconds else None,
+                "load_seconds": round(load_seconds, 1),
+                "first_text": outputs[0].outputs[0].text,
+            }
+        )
+    )
     return 0 if tokens == len(prompts) * args.max_tokens else 1
 
 
