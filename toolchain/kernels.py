@@ -1,4 +1,4 @@
-"""Load each kernel library of an installed vLLM in its own process: SIGILL is a finding."""
+"""Load each kernel library of an installed vLLM in its own process: SIGILL is a finding.
 
 `import vllm` loads no kernels, so it proves nothing about the CPU. The kernel libraries are torch
 op libraries (loaded with torch.ops.load_library), not Python modules.
