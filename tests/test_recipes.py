@@ -75,7 +75,7 @@ def _broken_copy(tmp_path: Path, old: str, new: str) -> Path:
         ('sha256 = "d2c9', 'sha256 = "zz', "[source]: key 'sha256' must be 64 lower-case hex"),
         ('preferred = "3.11"\n', "", "[python]: key 'preferred' must be a non-empty string"),
         ('x86_64 = "x86-dispatch"', 'x86_64 = "x86-magic"', "[isa_model]: key 'x86_64' names no"),
-        ("memory_per_job_mib = 3720", "memory_per_job_mib = -1", "key 'memory_per_job_mib'"),
+        ("memory_per_job_mib = 3830", "memory_per_job_mib = -1", "key 'memory_per_job_mib'"),
         ('vllm = "0.32.0"', 'vllm = "0.33.0"', "key 'vllm' says 0.33.0"),
         ("[torch]", "[torch", "not valid TOML"),
         (

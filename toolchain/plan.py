@@ -32,7 +32,7 @@ class BuildOptions:
     find_links: tuple[Path, ...] = ()
     work_dir: Path = field(default_factory=lambda: Path(default_cache_dir()))
     wheel_dir: Path = Path("wheels")
-    reserve_bytes: int = 1024 * MIB
+    reserve_bytes: int = 512 * MIB
 
 
 @dataclass(frozen=True, kw_only=True)

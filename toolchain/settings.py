@@ -73,8 +73,8 @@ BUILD_SETTINGS = (
     Setting(
         name="reserve_mib",
         kind=int,
-        default=1024,
-        help="memory kept free beside the compile jobs, MiB (default: 1024)",
+        default=512,
+        help="memory kept free beside the compile jobs, MiB (default: 512)",
     ),
     Setting(name="recipes", help="recipes folder (default: the ones shipped with the toolkit)"),
     Setting(
