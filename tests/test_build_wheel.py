@@ -21,6 +21,17 @@ from toolchain.wheelfile import read_manifest, requires_dist
 FIXTURES = Path(__file__).parent / "fixtures"
 RECIPES = Path(__file__).parent.parent / "recipes"
 FAKE_DNNL_H = "#define FAKE_DNNL_ANSWER 42\n"
+PATCH = """A recipe patch, applied with patch -p1 to the unpacked sdist.
+
+--- a/vllm/__init__.py
++++ b/vllm/__init__.py
+@@ -1,4 +1,5 @@
+ \"\"\"Fake vLLM: loads its kernel library the way vLLM loads its torch op libraries (not a module).\"\"\"
++PATCHED = True
+ 
+ import ctypes
+ from pathlib import Path
+"""
 
 
 def _tar_gz(path: Path, files: dict[str, bytes]) -> Path:
@@ -105,7 +116,13 @@ env = "FETCHCONTENT_SOURCE_DIR_ONEDNN"
 [[drop_requirements]]
 name = "triton"
 reason = "a direct URL"
+[[patches]]
+file = "patches/fake.patch"
+versions = "==0.1.0"
+reason = "proves patches reach the build"
 """)
+    (recipes / "patches").mkdir()
+    (recipes / "patches" / "fake.patch").write_text(PATCH)
     return {
         "recipes": recipes,
         "mirror": mirror,
@@ -172,18 +189,22 @@ def test_fake_vllm_builds_into_a_tagged_repaired_wheel(
         [str(venv / "bin" / "pip"), "install", "-q", "--no-deps", str(wheel)], check=True
     )
     answer = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import vllm; print(vllm.kernel_answer())"],
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import vllm; print(vllm.kernel_answer(), vllm.PATCHED)",
+        ],
         check=True,
         capture_output=True,
         text=True,
         cwd=tmp_path,
     )
-    assert answer.stdout.strip() == "42"
+    assert answer.stdout.strip() == "42 True"
 
     # A second run reuses the checked source, the unpacked mirror and the build venv.
     assert main(_build_args(fake_release, "--jobs", "1")) == 0
     again = capsys.readouterr().out
-    assert "cached at" in again and "reusing" in again
+    assert "cached at" in again and "reusing" in again and "already applied" in again
 
 
 def test_missing_mirror_file_stops_before_compiling(
@@ -195,6 +216,7 @@ def test_missing_mirror_file_stops_before_compiling(
     (fake_release["mirror"] / "fakednn-1.0.tar.gz").unlink()
     fake_programs.add("g++", "12.2.0\n")
     fake_programs.add("python3.11", "")
+    fake_programs.add("patch", "patching file vllm/__init__.py\n")
     code = main([*_build_args(fake_release)[:-2], "--python", "3.11"])
     err = capsys.readouterr().err
     assert code == 8

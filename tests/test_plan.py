@@ -166,8 +166,9 @@ def test_old_gxx_is_replaced_by_a_provisioned_one(
     result = plan(host_of("x86-zen4"), work_dir=Path("/cache"))
     assert result.compiler["origin"] == "provisioned"
     assert result.env["CXX"] == "/cache/toolchains/gcc-12.4.0-5-trixie/usr/bin/g++-12"
-    assert [s.name for s in result.steps][:4] == [
+    assert [s.name for s in result.steps][:5] == [
         "fetch-source",
+        "apply-patches",
         "third-party-sources",
         "provision-toolchain",
         "check-toolchain",
@@ -191,6 +192,18 @@ def test_mirror_points_cmake_at_local_sources(host_of: Callable[..., Host]) -> N
     without = plan(host_of("x86-zen4"))
     assert "FETCHCONTENT_SOURCE_DIR_ONEDNN" not in without.env
     assert any("download oneDNN v3.13 from GitHub" in w for w in without.warnings)
+
+
+def test_recipe_patches_are_planned_for_sdists_only(host_of: Callable[..., Host]) -> None:
+    result = plan(host_of("x86-zen4"))
+    assert [Path(p["file"]).name for p in result.patches] == [
+        "vllm-0.32-cpu-slot-mapping-fallback.patch"
+    ]
+    assert "apply-patches" in [s.name for s in result.steps]
+    checkout = plan(host_of("x86-zen4"), source_dir=Path("/src/vllm"))
+    assert "apply-patches" not in [s.name for s in checkout.steps]
+    assert any("not applied to a --source-dir tree" in w for w in checkout.warnings)
+    assert "apply-patches" not in [s.name for s in plan(host_of("x86-zen4"), "0.34.0").steps]
 
 
 def test_plan_json_has_the_promised_keys(host_of: Callable[..., Host]) -> None:

@@ -83,6 +83,12 @@ def _broken_copy(tmp_path: Path, old: str, new: str) -> Path:
             'arch = "sparc"\nrepository',
             "third_party[0]: key 'arch' must be one of",
         ),
+        (
+            'versions = ">=0.32,<0.33"',
+            'versions = ">=0.33"',
+            "patches[0]: vllm-0.32-cpu-slot-mapping-fallback.patch applies to vLLM >=0.33, not 0.32.0",
+        ),
+        ('file = "patches/', 'file = "missing/', "patches[0]: key 'file'"),
     ],
 )
 def test_malformed_recipe_names_file_and_key(

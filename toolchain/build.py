@@ -20,6 +20,7 @@ from packaging.version import Version
 from toolchain import __version__, run
 from toolchain.compile import CompileStats, MemoryGuard, compile_logged
 from toolchain.errors import ToolchainError
+from toolchain.fetch import MARKER as UNPACK_MARKER
 from toolchain.fetch import (
     SourceError,
     atomic_path,
@@ -44,6 +45,9 @@ TORCH_LIBRARIES = (
     "libgomp*.so*",
     "libtorch_python.so",
 )
+
+
+PATCHED_MARKER = ".vcb-patched"
 
 
 class BuildError(ToolchainError):
@@ -86,6 +90,7 @@ def build_wheel(build: BuildRun) -> Path:
         print(f"warning: {warning}")
     steps: dict[str, Callable[[BuildRun], None]] = {
         "fetch-source": fetch_source,
+        "apply-patches": apply_patches,
         "third-party-sources": third_party_sources,
         "provision-toolchain": provision_toolchain,
         "check-toolchain": check_toolchain,
@@ -118,6 +123,28 @@ def fetch_source(build: BuildRun) -> None:
     )
     print(f"  {sdist.name}: sha256 {plan.source['sha256']} matches the recipe")
     unpack_tar(sdist, src, stamp=plan.source["sha256"])
+
+
+def apply_patches(build: BuildRun) -> None:
+    """Apply the recipe's patches once to the unpacked sdist; a failure forces a fresh unpack."""
+    src = Path(build.plan.paths["src"])
+    marker = src / PATCHED_MARKER
+    wanted = "\n".join(p["sha256"] for p in build.plan.patches)
+    if marker.is_file() and marker.read_text() == wanted:
+        print("  already applied")
+        return
+    try:
+        for patch in build.plan.patches:
+            run.run_logged(
+                ["patch", "-p1", "--forward", "--batch", "-i", patch["file"]],
+                log=build.log,
+                cwd=src,
+                what=f"applying {Path(patch['file']).name}",
+            )
+    except ToolchainError:
+        (src / UNPACK_MARKER).unlink(missing_ok=True)
+        raise
+    marker.write_text(wanted)
 
 
 def _mirror(plan: BuildPlan) -> Path | None:
@@ -391,6 +418,7 @@ def manifest(build: BuildRun, wheel_name: str) -> dict[str, Any]:
         "compile": build.facts.get("compile"),
         "durations_seconds": dict(build.durations),
         "dropped_requirements": list(plan.dropped_requirements),
+        "patches": [{"file": Path(p["file"]).name, "sha256": p["sha256"]} for p in plan.patches],
     }
 
 

@@ -62,6 +62,7 @@ class BuildPlan:
     paths: dict[str, str]
     steps: tuple[Step, ...]
     dropped_requirements: tuple[dict[str, str], ...] = ()
+    patches: tuple[dict[str, str], ...] = ()
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
     def to_json(self) -> dict[str, Any]:
@@ -231,8 +232,18 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         dropped_requirements=tuple(
             {"name": d.name, "reason": d.reason} for d in recipe.drop_requirements
         ),
-        warnings=tuple(warnings + deps_warnings),
+        patches=tuple(
+            {"file": str(p.file), "sha256": p.sha256, "reason": p.reason} for p in recipe.patches
+        ),
+        warnings=tuple(warnings + deps_warnings + _patch_warnings(recipe, options)),
     )
+
+
+def _patch_warnings(recipe: Recipe, options: BuildOptions) -> list[str]:
+    if not (recipe.patches and options.source_dir):
+        return []
+    names = ", ".join(str(p.file) for p in recipe.patches)
+    return [f"recipe patches are not applied to a --source-dir tree; apply them yourself: {names}"]
 
 
 def _third_party(
@@ -321,6 +332,7 @@ def _steps(
     where = f"from {options.sources}" if options.sources else "(cmake downloads them)"
     return (
         Step(name="fetch-source", summary=_source_summary(recipe, options)),
+        *_patch_steps(recipe, options),
         Step(name="third-party-sources", summary=f"check and unpack {deps} {where}"),
         *compiler_steps,
         Step(
@@ -342,6 +354,13 @@ def _steps(
         Step(name="repair", summary="auditwheel repair, torch libraries excluded; embed manifest"),
         Step(name="deliver", summary=f"move the wheel and its manifest into {paths['wheel_dir']}"),
     )
+
+
+def _patch_steps(recipe: Recipe, options: BuildOptions) -> list[Step]:
+    if not recipe.patches or options.source_dir:
+        return []
+    names = ", ".join(p.file.name for p in recipe.patches)
+    return [Step(name="apply-patches", summary=f"patch -p1 the unpacked source with {names}")]
 
 
 def _source_summary(recipe: Recipe, options: BuildOptions) -> str:

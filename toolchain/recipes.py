@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -56,6 +57,14 @@ class DroppedRequirement:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Patch:
+    file: Path
+    sha256: str
+    versions: SpecifierSet
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class Recipe:
     path: Path
     vllm: Version
@@ -73,6 +82,7 @@ class Recipe:
     isa_models: Mapping[str, IsaModel]
     third_party: tuple[ThirdParty, ...]
     drop_requirements: tuple[DroppedRequirement, ...] = ()
+    patches: tuple[Patch, ...] = ()
 
     def third_party_for(self, arch: str) -> tuple[ThirdParty, ...]:
         return tuple(dep for dep in self.third_party if dep.arch in (None, arch))
@@ -163,6 +173,10 @@ def parse_recipe(data: dict[str, Any], *, path: Path, models: Mapping[str, IsaMo
             )
             for i, entry in enumerate(_array(data, "drop_requirements", where))
         ),
+        patches=tuple(
+            _patch(entry, vllm, folder=path.parent, where=f"{where} patches[{index}]")
+            for index, entry in enumerate(_array(data, "patches", where))
+        ),
     )
 
 
@@ -186,6 +200,24 @@ def _third_party(entry: dict[str, Any], *, where: str) -> ThirdParty:
         env=string(entry, "env", where=where),
         commit=entry.get("commit"),
         tar_sha256=sha256_hex(entry, "tar_sha256", where=where) if "tar_sha256" in entry else None,
+    )
+
+
+def _patch(entry: dict[str, Any], vllm: Version, *, folder: Path, where: str) -> Patch:
+    file = folder / string(entry, "file", where=where)
+    if not file.is_file():
+        raise DataFileError(f"{where}: key 'file': {file} does not exist")
+    try:
+        versions = SpecifierSet(string(entry, "versions", where=where))
+    except InvalidSpecifier as exc:
+        raise DataFileError(f"{where}: key 'versions' is not a version range") from exc
+    if not versions.contains(vllm):
+        raise DataFileError(f"{where}: {file.name} applies to vLLM {versions}, not {vllm}")
+    return Patch(
+        file=file,
+        sha256=hashlib.sha256(file.read_bytes()).hexdigest(),
+        versions=versions,
+        reason=string(entry, "reason", where=where),
     )
 
 

