@@ -26,7 +26,7 @@ PATCH = """A recipe patch, applied with patch -p1 to the unpacked sdist.
 --- a/vllm/__init__.py
 +++ b/vllm/__init__.py
 @@ -1,4 +1,5 @@
- \"\"\"Fake vLLM: loads its kernel library the way vLLM loads its torch op libraries (not a module).\"\"\"
+ \"\"\"Fake vLLM: loads its kernels as vLLM loads its op libraries (not as a module).\"\"\"
 +PATCHED = True
  
  import ctypes
