@@ -21,17 +21,6 @@ from toolchain.wheelfile import read_manifest, requires_dist
 FIXTURES = Path(__file__).parent / "fixtures"
 RECIPES = Path(__file__).parent.parent / "recipes"
 FAKE_DNNL_H = "#define FAKE_DNNL_ANSWER 42\n"
-PATCH = """A recipe patch, applied with patch -p1 to the unpacked sdist.
-
---- a/vllm/__init__.py
-+++ b/vllm/__init__.py
-@@ -1,4 +1,5 @@
- \"\"\"Fake vLLM: loads its kernels as vLLM loads its op libraries (not as a module).\"\"\"
-+PATCHED = True
- 
- import ctypes
- from pathlib import Path
-"""
 
 
 def _tar_gz(path: Path, files: dict[str, bytes]) -> Path:
@@ -122,7 +111,7 @@ versions = "==0.1.0"
 reason = "proves patches reach the build"
 """)
     (recipes / "patches").mkdir()
-    (recipes / "patches" / "fake.patch").write_text(PATCH)
+    shutil.copy(FIXTURES / "fake-vllm.patch", recipes / "patches" / "fake.patch")
     return {
         "recipes": recipes,
         "mirror": mirror,
