@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -112,14 +113,14 @@ def build_wheel(build: BuildRun) -> Path:
 def fetch_source(build: BuildRun) -> None:
     plan, src = build.plan, Path(build.plan.paths["src"])
     if plan.source["kind"] == "source-dir":
-        build.facts["source_dir"] = plan.source["path"]
+        print(f"  building the tree at {plan.source['path']}")
         return
     sdist = fetch_sdist(
         sdist=plan.source["sdist"],
         sha256=plan.source["sha256"],
         cache=Path(plan.source["cache"]),
         index_url=build.index_url,
-        mirror=_mirror(plan),
+        mirror=Path(plan.source["mirror"]) if plan.source["mirror"] else None,
     )
     print(f"  {sdist.name}: sha256 {plan.source['sha256']} matches the recipe")
     unpack_tar(sdist, src, stamp=plan.source["sha256"])
@@ -145,11 +146,6 @@ def apply_patches(build: BuildRun) -> None:
         (src / UNPACK_MARKER).unlink(missing_ok=True)
         raise
     marker.write_text(wanted)
-
-
-def _mirror(plan: BuildPlan) -> Path | None:
-    files = [d["mirror_file"] for d in plan.third_party if d["mirror_file"]]
-    return Path(files[0]).parent if files else None
 
 
 def source_folder(plan: BuildPlan) -> Path:
@@ -244,9 +240,12 @@ def create_venv(build: BuildRun) -> None:
 
 
 def index_reachable(url: str, timeout: float = 10.0) -> bool:
+    """Whether a server answers at `url` at all (an HTTP error is still an answer)."""
     try:
         with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
             return True
+    except urllib.error.HTTPError:
+        return True
     except OSError:
         return False
 

@@ -314,6 +314,7 @@ def _source(recipe: Recipe, options: BuildOptions) -> dict[str, Any]:
         "sdist": recipe.sdist,
         "sha256": recipe.sha256,
         "cache": str(options.work_dir / "sdists" / recipe.sha256 / recipe.sdist),
+        "mirror": str(options.sources) if options.sources else None,
     }
 
 
