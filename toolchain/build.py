@@ -175,7 +175,7 @@ def third_party_sources(build: BuildRun) -> None:
             raise SourceError(
                 f"the recipe records no hash for {dep['name']} {dep['ref']}; an "
                 "unchecked source is not used",
-                hint="run `fetch-sources --record` where the source is reachable "
+                hint="run `nox -s fetch-sources` where the source is reachable "
                 "and add tar_sha256 to the recipe",
             )
         if not archive.is_file():

@@ -275,7 +275,7 @@ def _third_party(
         if dep.tar_sha256 is None:
             warnings.append(
                 f"the recipe has no recorded hash for {dep.name} {dep.ref}: build-wheel "
-                "refuses an unchecked source; `fetch-sources --record` prints one"
+                "refuses an unchecked source; `nox -s fetch-sources` prints one"
             )
     return tuple(entries), env, warnings
 
