@@ -152,3 +152,26 @@ def test_rewrite_embeds_the_manifest_with_a_valid_record(tmp_path: Path) -> None
             expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
             assert digest == f"sha256={expected.decode()}" and int(size) == len(data)
     assert [p.name for p in tmp_path.iterdir()] == [wheel.name]
+
+
+def test_runtime_requirements_pin_torch_and_say_what_is_left_out(tmp_path: Path) -> None:
+    from toolchain.runtime_deps import runtime_requirements
+
+    wheel = _wheel(
+        tmp_path / "vllm-0.1.0+cpu.portable-py3-none-any.whl",
+        [
+            "numpy>=1.26",
+            "torch==2.13.0+cpu; platform_machine == 'x86_64'",
+            "torchvision; platform_machine != 'riscv64'",
+            "triton @ https://x/t.whl ; platform_machine == 'x86_64'",
+            "py-cpuinfo; platform_machine == 'aarch64'",
+        ],
+    )
+    rewrite_wheel(wheel, drop=[], manifest={"toolchain": {"torch": "2.13.0+cpu"}})
+    result = runtime_requirements(wheel, {"platform_machine": "x86_64"})
+    assert result.install == ("torch==2.13.0+cpu", "numpy>=1.26")
+    assert [req.split(";")[0].strip() for req, _ in result.left_out] == [
+        "torchvision",
+        "triton @ https://x/t.whl",
+    ]
+    assert "CUDA" in result.left_out[0][1] and "direct URL" in result.left_out[1][1]

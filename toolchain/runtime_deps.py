@@ -1,0 +1,53 @@
+"""What to install beside a vLLM CPU wheel, and what to leave out (and say so)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.markers import default_environment
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from toolchain.wheelfile import read_manifest, requires_dist
+
+# PyPI's builds of these are CUDA builds on x86_64; beside a CPU torch they break
+# `from vllm import LLM` and transformers. Only CPU builds of them may be installed.
+CUDA_ON_PYPI = frozenset({"torchvision", "torchaudio", "torchcodec"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimePlan:
+    install: tuple[str, ...]
+    left_out: tuple[tuple[str, str], ...]  # (requirement, why)
+
+
+def runtime_requirements(wheel: Path, environment: Mapping[str, str] | None = None) -> RuntimePlan:
+    """The wheel's Requires-Dist for this environment, minus what cannot or must not install."""
+    env: dict[str, str] = {**default_environment(), "extra": "", **(environment or {})}
+    manifest = read_manifest(wheel) or {}
+    torch_pin = (manifest.get("toolchain") or {}).get("torch")
+    install: list[str] = [f"torch=={torch_pin}"] if torch_pin else []
+    left_out: list[tuple[str, str]] = []
+    for line in requires_dist(wheel):
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            left_out.append((line, "not a valid requirement"))
+            continue
+        if requirement.marker is not None and not requirement.marker.evaluate(env):
+            continue
+        name = canonicalize_name(requirement.name)
+        if requirement.url:
+            left_out.append((line, "a direct URL, which no offline install accepts"))
+        elif name in CUDA_ON_PYPI:
+            left_out.append(
+                (line, "PyPI has only CUDA builds; install a CPU build by hand if a model needs it")
+            )
+        elif name == "torch" and torch_pin:
+            continue  # pinned above to the exact build the wheel was compiled against
+        else:
+            requirement.marker = None
+            install.append(str(requirement))
+    return RuntimePlan(install=tuple(install), left_out=tuple(left_out))
