@@ -25,7 +25,8 @@ class RuntimePlan:
 
 def runtime_requirements(wheel: Path, environment: Mapping[str, str] | None = None) -> RuntimePlan:
     """The wheel's Requires-Dist for this environment, minus what cannot or must not install."""
-    env: dict[str, str] = {**default_environment(), "extra": "", **(environment or {})}
+    env: dict[str, str] = {key: str(value) for key, value in default_environment().items()}
+    env.update({"extra": "", **(environment or {})})
     manifest = read_manifest(wheel) or {}
     torch_pin = (manifest.get("toolchain") or {}).get("torch")
     install: list[str] = [f"torch=={torch_pin}"] if torch_pin else []
