@@ -15,7 +15,8 @@ import pytest
 
 from toolchain import compile as compile_module
 from toolchain.compile import MemoryGuard, Process, descendants
-from toolchain.fetch import SourceError, atomic_path, fetch_sdist, tar_sha256, unpack_tar
+from toolchain.errors import SourceError
+from toolchain.fetch import atomic_path, fetch_sdist, tar_sha256, unpack_tar
 from toolchain.memory import GIB
 from toolchain.wheelfile import drop_requirements, read_manifest, requires_dist, rewrite_wheel
 

@@ -20,10 +20,9 @@ from packaging.version import Version
 
 from toolchain import __version__, run
 from toolchain.compile import CompileStats, MemoryGuard, compile_logged
-from toolchain.errors import ToolchainError
+from toolchain.errors import BuildError, SourceError, ToolchainError
 from toolchain.fetch import MARKER as UNPACK_MARKER
 from toolchain.fetch import (
-    SourceError,
     atomic_path,
     fetch_sdist,
     github_reachable,
@@ -49,10 +48,6 @@ TORCH_LIBRARIES = (
 
 
 PATCHED_MARKER = ".vcb-patched"
-
-
-class BuildError(ToolchainError):
-    exit_code = 10
 
 
 @dataclass

@@ -48,3 +48,27 @@ class ProcessFailedError(ToolchainError):
     """A program ran and failed."""
 
     exit_code = 7
+
+
+class SourceError(ToolchainError):
+    """A source is missing, unreachable, or does not match the hash its recipe records."""
+
+    exit_code = 8
+
+
+class ProvisionError(ToolchainError):
+    """A private g++ could not be provisioned."""
+
+    exit_code = 9
+
+
+class BuildError(ToolchainError):
+    """A build step found the build itself wrong: compiler, torch, the wheel it made."""
+
+    exit_code = 10
+
+
+class KernelCheckError(ToolchainError):
+    """The environment to check has no vLLM whose kernels could be loaded."""
+
+    exit_code = 11

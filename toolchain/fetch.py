@@ -22,18 +22,12 @@ from typing import IO, Any
 from urllib.parse import urldefrag, urljoin
 
 from toolchain import run
-from toolchain.errors import ToolchainError
+from toolchain.errors import SourceError
 from toolchain.recipes import Recipe
 
 CHUNK = 1 << 20
 MARKER = ".vcb-unpacked"
 DEFAULT_INDEX = "https://pypi.org/simple"
-
-
-class SourceError(ToolchainError):
-    """A source is missing, unreachable or does not match its recorded hash."""
-
-    exit_code = 8
 
 
 @contextmanager

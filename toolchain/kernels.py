@@ -15,7 +15,7 @@ from pathlib import Path
 
 from toolchain import run
 from toolchain.datafile import load_toml, string_list, table
-from toolchain.errors import ToolchainError
+from toolchain.errors import KernelCheckError
 
 LOAD = "import sys, torch; torch.ops.load_library(sys.argv[1])"
 FIND_PACKAGE = (
@@ -23,10 +23,6 @@ FIND_PACKAGE = (
     "print(s.submodule_search_locations[0] if s and s.submodule_search_locations else '')"
 )
 SIGILL_CODES = (-signal.SIGILL, 128 + signal.SIGILL)
-
-
-class KernelCheckError(ToolchainError):
-    exit_code = 11
 
 
 @dataclass(frozen=True, kw_only=True)

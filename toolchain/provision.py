@@ -15,15 +15,11 @@ from pathlib import Path
 
 from toolchain import run
 from toolchain.datafile import load_toml, string, string_list, table
-from toolchain.errors import ToolchainError
+from toolchain.errors import ProvisionError
 
 MARKER = ".vcb-provisioned"
 TRIPLETS = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
 GCC_PROGRAMS = ("cc1", "cc1plus", "collect2", "lto-wrapper", "lto1")
-
-
-class ProvisionError(ToolchainError):
-    exit_code = 9
 
 
 @dataclass(frozen=True, kw_only=True)
