@@ -166,6 +166,8 @@ def test_fake_vllm_builds_into_a_tagged_repaired_wheel(
     assert embedded is not None
     assert embedded["target_isa"] == "portable" and embedded["min_isa"] == ["avx2", "f16c"]
     assert embedded["third_party"][0]["name"] == "fakednn"
+    assert embedded["toolchain"]["cmake"] and embedded["toolchain"]["torch"] == "2.13.0+cpu"
+    assert embedded["patches"][0]["file"] == "fake.patch"
     sidecar = json.loads((wheel.parent / f"{wheel.name}.manifest.json").read_text())
     assert sidecar["wheel_sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
     assert sidecar["jobs"]["max_jobs"] == 1

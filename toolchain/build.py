@@ -286,6 +286,28 @@ def install_requirements(build: BuildRun) -> None:
     run.run_logged(
         [*pip, *plan.build_requires], log=build.log, what="installing build requirements"
     )
+    check_build_tools(build)
+
+
+def check_build_tools(build: BuildRun) -> None:
+    """cmake and ninja as the build will find them: the venv's, first on PATH."""
+    bin_dir = Path(build.plan.paths["venv"]) / "bin"
+    versions = {name: tool_version(bin_dir / name) for name in ("cmake", "ninja")}
+    for name, version in versions.items():
+        if version is None:
+            raise BuildError(
+                f"{bin_dir / name} is missing after installing the build requirements",
+                hint=f"check {build.log}",
+            )
+    cmake = versions["cmake"] or "0"
+    if build.plan.cmake_min and Version(cmake) < Version(build.plan.cmake_min):
+        raise BuildError(
+            f"cmake {cmake} in the build venv; vLLM {build.plan.vllm_version} needs "
+            f">= {build.plan.cmake_min}",
+            hint="check the recipe's build requirements",
+        )
+    build.facts["build_tools"] = versions
+    print(f"  cmake {versions['cmake']}, ninja {versions['ninja']} (from the build venv)")
 
 
 def compile_env(plan: BuildPlan) -> dict[str, str]:
@@ -392,10 +414,7 @@ def manifest(build: BuildRun, wheel_name: str) -> dict[str, Any]:
             "compiler_origin": plan.compiler["origin"],
             "python": plan.python["version"],
             "torch": build.facts.get("torch"),
-            **{
-                name: tool_version(Path(plan.paths["venv"]) / "bin" / name)
-                for name in ("cmake", "ninja")
-            },
+            **build.facts.get("build_tools", {}),
         },
         "env": plan.env,
         "host": {

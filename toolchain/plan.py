@@ -63,6 +63,7 @@ class BuildPlan:
     steps: tuple[Step, ...]
     dropped_requirements: tuple[dict[str, str], ...] = ()
     patches: tuple[dict[str, str], ...] = ()
+    cmake_min: str = ""
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
     def to_json(self) -> dict[str, Any]:
@@ -235,6 +236,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         patches=tuple(
             {"file": str(p.file), "sha256": p.sha256, "reason": p.reason} for p in recipe.patches
         ),
+        cmake_min=recipe.cmake_min,
         warnings=tuple(warnings + deps_warnings + _patch_warnings(recipe, options)),
     )
 
