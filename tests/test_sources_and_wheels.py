@@ -251,3 +251,50 @@ def test_sdist_comes_from_a_json_or_html_index_and_is_cached(
         assert not (tmp_path / "x").exists()
     finally:
         server.shutdown()
+
+
+@pytest.mark.integration
+def test_a_killed_build_leaves_no_compiler_running(tmp_path: Path) -> None:
+    """SIGTERM to the toolkit stops the compile's whole process group (resume is then safe)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    marker = "61.25"  # a sleep nobody else runs
+    script = (
+        "import os; from pathlib import Path; "
+        "from toolchain.compile import MemoryGuard, compile_logged; "
+        f"compile_logged(['sh', '-c', 'echo \"[1/2] one\"; sleep {marker}'], env=os.environ, "
+        f"cwd=Path('{tmp_path}'), log=Path('{tmp_path}/build.log'), "
+        "guard=MemoryGuard(margin_bytes=0, resume_bytes=0), interval=0.2)"
+    )
+    toolkit = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+    def sleepers() -> list[str]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and marker in (entry / "cmdline").read_text():
+                    found.append(entry.name)
+            except OSError:
+                continue
+        return [pid for pid in found if int(pid) != os.getpid()]
+
+    try:
+        deadline = time.monotonic() + 30
+        log = tmp_path / "build.log"
+        while not (log.exists() and "[1/2]" in log.read_text(errors="replace")):
+            assert time.monotonic() < deadline, "the compile never started"
+            time.sleep(0.1)
+        assert sleepers(), "the compile's child is running"
+        toolkit.terminate()
+        assert toolkit.wait(timeout=30) != 0
+        time.sleep(0.5)
+        assert sleepers() == []
+    finally:
+        toolkit.kill()
+        for pid in sleepers():
+            os.kill(int(pid), 9)

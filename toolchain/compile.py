@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,7 +137,7 @@ def compile_logged(
     announce(resolved, env)
     stats, started = CompileStats(), time.monotonic()
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a") as handle:
+    with log.open("a", buffering=1) as handle:
         process = subprocess.Popen(
             resolved,
             stdout=subprocess.PIPE,
@@ -151,8 +151,10 @@ def compile_logged(
         reader = threading.Thread(target=_read_output, args=(process, handle, stats), daemon=True)
         reader.start()
         try:
-            _watch(process, stats, guard, started, interval)
+            with _termination_as_interrupt():
+                _watch(process, stats, guard, started, interval)
         except KeyboardInterrupt:
+            guard.release()  # a stopped compiler would not see SIGTERM
             _stop(process)
             print(f"\ninterrupted: the build folder is kept, so the next run resumes ({log})")
             raise
@@ -213,6 +215,24 @@ def _progress(stats: CompileStats, started: float, in_use: int | None = None) ->
         f"[{stats.steps_done}/{stats.steps_total or '?'}] objects, {minutes:.0f} min, "
         f"{using}peak {stats.peak_rss_bytes / GIB:.1f} GiB"
     )
+
+
+@contextlib.contextmanager
+def _termination_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP stop the compile's whole process group, as Ctrl-C does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _stop(process: subprocess.Popen[str]) -> None:
