@@ -1,0 +1,62 @@
+"""The memory flag, computed from fake /sys and /proc trees as vLLM 0.32 computes it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from toolchain.memflag import node_memory, reservation
+from toolchain.memory import GIB
+
+KIB = 1024
+
+
+def _node(tmp_path: Path, total_gib: float, free_gib: float, file_gib: float = 0) -> Path:
+    nodes = tmp_path / "nodes"
+    (nodes / "node0").mkdir(parents=True)
+    kb = {
+        k: int(v * GIB / KIB)
+        for k, v in {
+            "MemTotal": total_gib,
+            "MemFree": free_gib,
+            "Active(file)": file_gib / 2,
+            "Inactive(file)": file_gib / 2,
+            "SReclaimable": 0,
+        }.items()
+    }
+    (nodes / "node0" / "meminfo").write_text(
+        "".join(f"Node 0 {key}:  {value} kB\n" for key, value in kb.items())
+    )
+    return nodes
+
+
+def test_node_meminfo_decides_and_the_default_does_not_fit(tmp_path: Path) -> None:
+    nodes = _node(tmp_path, total_gib=24, free_gib=10, file_gib=4)
+    memory = node_memory(nodes=nodes, cgroup_root=tmp_path / "no-cgroup")
+    assert memory.source == "node meminfo"
+    assert memory.available_bytes == 14 * GIB
+    result = reservation(memory)
+    assert not result.fits and result.requested_bytes > 22 * GIB
+    assert result.recommended_utilization == 0.54  # (14 - 1) / 24, rounded down
+    assert result.recommended_kvcache_gib == 12
+
+
+def test_containers_without_numa_nodes_use_system_meminfo(tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(
+        f"MemTotal: {8 * GIB // KIB} kB\nMemFree: 1 kB\nMemAvailable: {7 * GIB // KIB} kB\n"
+    )
+    memory = node_memory(nodes=tmp_path / "none", meminfo=meminfo, cgroup_root=tmp_path / "x")
+    assert memory.source.startswith("system meminfo")
+    assert (memory.total_bytes, memory.available_bytes) == (8 * GIB, 7 * GIB)
+
+
+def test_cgroup_limit_at_the_root_clamps_total_and_available(tmp_path: Path) -> None:
+    nodes = _node(tmp_path, total_gib=64, free_gib=60)
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    (root / "memory.max").write_text(str(8 * GIB))
+    (root / "memory.current").write_text(str(3 * GIB))
+    memory = node_memory(nodes=nodes, cgroup_root=root)
+    assert (memory.total_bytes, memory.available_bytes) == (8 * GIB, 5 * GIB)
+    assert not reservation(memory).fits
+    assert reservation(memory, 0.5).fits
