@@ -62,6 +62,8 @@ def test_vllm_0_32_builds_loads_its_kernels_and_generates(tmp_path: Path) -> Non
         timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    report = json.loads(line.removeprefix("RESULT "))
+    print(f"generate: {report}")
     assert report["generated_tokens"] == 4 * 16
     assert report["vllm_version"] == "0.32.0+cpu.portable"

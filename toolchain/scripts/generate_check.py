@@ -1,4 +1,4 @@
-"""Generate text offline with vLLM and report tokens per second, as JSON on the last line.
+"""Generate text offline with vLLM and report tokens per second, as JSON on a `RESULT ` line.
 
 Run with the Python of the environment under test, from a folder without a `vllm/` in it:
     python generate_check.py MODEL_DIR [--prompts N] [--max-tokens N]
@@ -33,19 +33,17 @@ def main() -> int:
     outputs = llm.generate(prompts, params)
     seconds = time.monotonic() - started
     tokens = sum(len(output.outputs[0].token_ids) for output in outputs)
-    print(
-        json.dumps(
-            {
-                "vllm_version": vllm.__version__,
-                "prompts": len(prompts),
-                "generated_tokens": tokens,
-                "seconds": round(seconds, 3),
-                "tokens_per_second": round(tokens / seconds, 1) if seconds else None,
-                "load_seconds": round(load_seconds, 1),
-                "first_text": outputs[0].outputs[0].text,
-            }
-        )
-    )
+    report = {
+        "vllm_version": vllm.__version__,
+        "prompts": len(prompts),
+        "generated_tokens": tokens,
+        "seconds": round(seconds, 3),
+        "tokens_per_second": round(tokens / seconds, 1) if seconds else None,
+        "load_seconds": round(load_seconds, 1),
+        "first_text": outputs[0].outputs[0].text,
+    }
+    # vLLM logs its shutdown on stdout after this line, so the line is marked, not last.
+    print("RESULT " + json.dumps(report), flush=True)
     return 0 if tokens == len(prompts) * args.max_tokens else 1
 
 
