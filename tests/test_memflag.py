@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from toolchain.memflag import node_memory, reservation
 from toolchain.memory import GIB
 
@@ -60,3 +62,20 @@ def test_cgroup_limit_at_the_root_clamps_total_and_available(tmp_path: Path) -> 
     assert (memory.total_bytes, memory.available_bytes) == (8 * GIB, 5 * GIB)
     assert not reservation(memory).fits
     assert reservation(memory, 0.5).fits
+
+
+def test_check_memory_command_says_when_the_default_would_not_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from toolchain import cli
+    from toolchain.memflag import NodeMemory
+
+    small = NodeMemory(
+        node=0, total_bytes=16 * GIB, available_bytes=10 * GIB, source="node meminfo"
+    )
+    monkeypatch.setattr(cli, "node_memory", lambda node: small)
+    assert cli.main(["check-memory"]) == 1
+    out = capsys.readouterr().out
+    assert "reserves 14.72 GiB of CPU memory: does NOT fit" in out
+    assert "--gpu-memory-utilization 0.56" in out
+    assert cli.main(["check-memory", "--utilization", "0.5"]) == 0

@@ -18,10 +18,11 @@ from toolchain.fetch import fill_mirror
 from toolchain.host import Host, detect_host
 from toolchain.isa import SUPPORTED_ARCHES
 from toolchain.kernels import describe, load_kernels, package_dir
+from toolchain.memflag import DEFAULT_UTILIZATION, node_memory, reservation
 from toolchain.plan import BuildOptions, plan_build
 from toolchain.provision import provision_gxx, provisioned_gxx
 from toolchain.recipes import Recipe, default_recipes_dir, known_versions, load_recipe
-from toolchain.report import render_host, render_plan
+from toolchain.report import gib, render_host, render_plan
 from toolchain.settings import (
     BUILD_SETTINGS,
     add_setting_flags,
@@ -217,6 +218,26 @@ def cmd_check_kernels(args: argparse.Namespace) -> int:
     return 0 if loaded and not broken else 1
 
 
+def cmd_check_memory(args: argparse.Namespace) -> int:
+    memory = node_memory(args.node)
+    result = reservation(memory, args.utilization)
+    print(
+        f"NUMA node {memory.node} ({memory.source}): total {gib(memory.total_bytes)}, "
+        f"available {gib(memory.available_bytes)}"
+    )
+    verdict = "fits" if result.fits else "does NOT fit: vLLM refuses to start"
+    print(
+        f"--gpu-memory-utilization {args.utilization} reserves "
+        f"{gib(result.requested_bytes)} of CPU memory: {verdict}"
+    )
+    print(
+        f"fits with 1 GiB to spare: --gpu-memory-utilization "
+        f"{result.recommended_utilization:.2f}, or VLLM_CPU_KVCACHE_SPACE="
+        f"{result.recommended_kvcache_gib} (GiB of KV cache)"
+    )
+    return 0 if result.fits else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m toolchain", description="Build vLLM for CPUs, verify the wheel, publish it."
@@ -270,6 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the Python of the environment to check (default: this one)",
     )
     kernels.set_defaults(handler=cmd_check_kernels)
+    memory = commands.add_parser(
+        "check-memory", help="what --gpu-memory-utilization reserves here, as vLLM computes"
+    )
+    memory.add_argument("--utilization", type=float, default=DEFAULT_UTILIZATION)
+    memory.add_argument("--node", type=int, default=0, help="NUMA node of the worker")
+    memory.set_defaults(handler=cmd_check_memory)
     return parser
 
 
