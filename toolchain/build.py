@@ -7,8 +7,6 @@ import os
 import shutil
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,12 +24,13 @@ from toolchain.fetch import (
     atomic_path,
     fetch_sdist,
     github_reachable,
+    reachable,
     sha256_file,
     tar_sha256,
     unpack_tar,
 )
 from toolchain.host import Host
-from toolchain.memory import GIB
+from toolchain.memory import GIB, MIB
 from toolchain.plan import BuildPlan
 from toolchain.provision import provision_gxx
 from toolchain.tools import numa_header, tool_version
@@ -234,24 +233,13 @@ def create_venv(build: BuildRun) -> None:
     )
 
 
-def index_reachable(url: str, timeout: float = 10.0) -> bool:
-    """Whether a server answers at `url` at all (an HTTP error is still an answer)."""
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
-            return True
-    except urllib.error.HTTPError:
-        return True
-    except OSError:
-        return False
-
-
 def install_requirements(build: BuildRun) -> None:
     plan, python = build.plan, _venv_python(build.plan)
     pip: list[str | Path] = [python, "-m", "pip", "install", "--disable-pip-version-check"]
     torch_sources: list[str | Path] = [
         arg for link in plan.torch["find_links"] for arg in ("--find-links", link)
     ]
-    if index_reachable(plan.torch["index_url"]):
+    if reachable(plan.torch["index_url"]):
         torch_sources += ["--extra-index-url", plan.torch["index_url"]]
     else:
         print(
@@ -320,7 +308,7 @@ def compile_step(build: BuildRun) -> None:
     plan, dist = build.plan, Path(build.plan.paths["build_dir"]) / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     jobs = plan.jobs
-    margin = max(512 * 1024**2, jobs.reserve_bytes // 2)
+    margin = max(512 * MIB, jobs.reserve_bytes // 2)
     guard = MemoryGuard(margin_bytes=margin, resume_bytes=margin + jobs.memory_per_job_bytes)
     stats: CompileStats = compile_logged(
         [
@@ -450,7 +438,7 @@ def deliver(build: BuildRun, wheel: Path, *, total: float) -> Path:
     with atomic_path(folder / f"{wheel.name}.manifest.json") as temporary:
         temporary.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     print(
-        f"\n{final.name}\n  size    {final.stat().st_size / 1024**2:.1f} MiB\n"
+        f"\n{final.name}\n  size    {final.stat().st_size / MIB:.1f} MiB\n"
         f"  sha256  {digest}\n  built in {_duration(total)}"
         + (
             f", peak memory {build.facts['compile']['peak_rss_bytes'] / GIB:.1f} GiB"

@@ -19,6 +19,7 @@ from toolchain.host import Host, detect_host
 from toolchain.isa import SUPPORTED_ARCHES
 from toolchain.kernels import describe, load_kernels, package_dir
 from toolchain.memflag import DEFAULT_UTILIZATION, node_memory, reservation
+from toolchain.memory import MIB
 from toolchain.plan import BuildOptions, plan_build
 from toolchain.provision import provision_gxx, provisioned_gxx
 from toolchain.recipes import Recipe, default_recipes_dir, known_versions, load_recipe
@@ -32,8 +33,6 @@ from toolchain.settings import (
 from toolchain.shadowing import check_shadowing
 from toolchain.spawn_lint import lint_script
 from toolchain.tools import tool_version
-
-MIB = 1024**2
 
 
 class _Parser(argparse.ArgumentParser):

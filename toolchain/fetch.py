@@ -11,8 +11,8 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import tarfile
+import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -181,12 +181,19 @@ def unpack_tar(archive: Path, destination: Path, *, stamp: str) -> Path:
     return destination
 
 
-def github_reachable(timeout: float = 5.0) -> bool:
+def reachable(url: str, timeout: float = 10.0) -> bool:
+    """Whether a server answers at `url` at all (an HTTP error is still an answer)."""
     try:
-        with socket.create_connection(("github.com", 443), timeout=timeout):
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
             return True
+    except urllib.error.HTTPError:
+        return True
     except OSError:
         return False
+
+
+def github_reachable() -> bool:
+    return reachable("https://github.com", timeout=5.0)
 
 
 def github_archive_url(repository: str, ref: str) -> str:

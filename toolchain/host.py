@@ -16,7 +16,7 @@ from toolchain.errors import UnsupportedHostError
 from toolchain.isa import SUPPORTED_ARCHES, isa_table
 from toolchain.memory import Memory, read_memory
 from toolchain.proc_cpuinfo import CpuInfo, parse_cpuinfo
-from toolchain.tools import Tool, find_tools, numa_header, path_dirs
+from toolchain.tools import Tool, executables_on_path, find_tools, numa_header
 
 PROC_CPUINFO = Path("/proc/cpuinfo")
 PYTHON_NAME = re.compile(r"^python3\.\d+$")
@@ -120,15 +120,10 @@ def _glibc() -> str | None:
 
 
 def _pythons() -> dict[str, str]:
-    found: dict[str, str] = {}
-    for folder in path_dirs():
-        try:
-            entries = sorted(folder.iterdir())
-        except OSError:
-            continue
-        for entry in entries:
-            if PYTHON_NAME.match(entry.name) and os.access(entry, os.X_OK):
-                found.setdefault(entry.name.removeprefix("python"), str(entry))
+    found = {
+        name.removeprefix("python"): str(path)
+        for name, path in executables_on_path(PYTHON_NAME).items()
+    }
     return dict(sorted(found.items(), key=lambda item: [int(p) for p in item[0].split(".")]))
 
 

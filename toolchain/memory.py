@@ -8,6 +8,7 @@ from pathlib import Path
 from toolchain.cgroup import cgroup_dirs, read_int
 
 KIB = 1024
+MIB = 1024**2
 GIB = 1024**3
 
 # cgroup v2 and v1 files: (limit, usage). v1 reports "no limit" as a huge page-rounded number.

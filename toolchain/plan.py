@@ -12,12 +12,11 @@ from packaging.version import Version
 from toolchain.errors import PlanError
 from toolchain.host import Host
 from toolchain.jobs import JobSizing, size_jobs
+from toolchain.memory import MIB
 from toolchain.provision import gxx_recipe, prefix_for, provisioned_gxx
 from toolchain.recipes import Recipe
 from toolchain.settings import default_cache_dir
 from toolchain.target import choose_target, runs_on
-
-MIB = 1024**2
 
 
 @dataclass(frozen=True, kw_only=True)

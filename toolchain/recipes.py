@@ -16,8 +16,8 @@ from packaging.version import InvalidVersion, Version
 from toolchain.datafile import load_toml, sha256_hex, string, string_list, string_map, table
 from toolchain.errors import DataFileError, UsageError
 from toolchain.isa import SUPPORTED_ARCHES, isa_table
+from toolchain.memory import MIB
 
-MIB = 1024**2
 ISA_MODELS_FILE = "isa-models.toml"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,14 +35,14 @@ def _executables(folder: Path) -> list[Path]:
         return []
 
 
-def compiler_names_on_path() -> list[tuple[str, Path]]:
-    """(name, path) of each C/C++ compiler name, the first on PATH winning as the shell would."""
+def executables_on_path(name: re.Pattern[str]) -> dict[str, Path]:
+    """Every executable whose name matches, the first on PATH winning as the shell would."""
     seen: dict[str, Path] = {}
     for folder in path_dirs():
         for entry in _executables(folder):
-            if COMPILER_NAME.match(entry.name) and entry.name not in seen:
-                seen[entry.name] = entry
-    return sorted(seen.items())
+            if name.match(entry.name):
+                seen.setdefault(entry.name, entry)
+    return seen
 
 
 def tool_version(path: Path | str) -> str | None:
@@ -60,14 +61,12 @@ def tool_version(path: Path | str) -> str | None:
 def find_tools() -> list[Tool]:
     found = [
         Tool(name=name, path=str(path), version=tool_version(path))
-        for name, path in compiler_names_on_path()
+        for name, path in sorted(executables_on_path(COMPILER_NAME).items())
     ]
     for name in BUILD_TOOLS:
-        path = next(
-            (folder / name for folder in path_dirs() if os.access(folder / name, os.X_OK)), None
-        )
+        path = shutil.which(name)
         if path is not None:
-            found.append(Tool(name=name, path=str(path), version=tool_version(path)))
+            found.append(Tool(name=name, path=path, version=tool_version(path)))
     return found
 
 
