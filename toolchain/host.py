@@ -16,7 +16,7 @@ from toolchain.errors import UnsupportedHostError
 from toolchain.isa import SUPPORTED_ARCHES, isa_table
 from toolchain.memory import Memory, read_memory
 from toolchain.proc_cpuinfo import CpuInfo, parse_cpuinfo
-from toolchain.tools import Tool, executables_on_path, find_tools, numa_header
+from toolchain.tools import BUILD_TOOLS, Tool, executables_on_path, find_tools, numa_header
 
 PROC_CPUINFO = Path("/proc/cpuinfo")
 PYTHON_NAME = re.compile(r"^python3\.\d+$")
@@ -50,11 +50,17 @@ class Host:
         data = asdict(self)
         data["tokens"] = sorted(self.tokens)
         data["memory"]["usable_bytes"] = self.memory.usable_bytes
-        data["compilers"] = [
-            asdict(tool) for tool in self.tools if tool.name not in BUILD_TOOL_NAMES
-        ]
-        data["tools"] = [asdict(tool) for tool in self.tools if tool.name in BUILD_TOOL_NAMES]
+        data["compilers"] = [asdict(tool) for tool in self.compilers]
+        data["tools"] = [asdict(tool) for tool in self.build_tools]
         return data
+
+    @property
+    def compilers(self) -> tuple[Tool, ...]:
+        return tuple(tool for tool in self.tools if tool.name not in BUILD_TOOLS)
+
+    @property
+    def build_tools(self) -> tuple[Tool, ...]:
+        return tuple(tool for tool in self.tools if tool.name in BUILD_TOOLS)
 
     def require_supported(self) -> None:
         if not self.supported:
@@ -64,9 +70,6 @@ class Host:
                 f"{' and '.join(SUPPORTED_ARCHES)}",
                 hint="build on, or describe with --cpuinfo, an x86_64 or aarch64 machine",
             )
-
-
-BUILD_TOOL_NAMES = frozenset({"cmake", "ninja", "ccache", "sccache", "patchelf"})
 
 
 def _cpu_from_this_machine() -> tuple[CpuInfo, str, tuple[str, ...], dict[str, Any] | None]:

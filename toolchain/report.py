@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from toolchain.host import BUILD_TOOL_NAMES, Host
+from toolchain.host import Host
 from toolchain.isa import isa_table
 from toolchain.memory import GIB
 from toolchain.plan import BuildPlan
+from toolchain.tools import Tool
 
 SOURCE_WORDS = {
     "probe": "the CPU probe (CPUID/XGETBV or getauxval), checked against /proc/cpuinfo",
@@ -49,23 +50,15 @@ def render_host(host: Host) -> str:
         f"disk free    {gib(host.disk_free_bytes)} at {host.disk_path}",
         f"OS           {host.os_name}, glibc {host.glibc or 'unknown'}",
         f"Pythons      {', '.join(host.pythons) or 'none found on PATH'}",
-        "compilers    "
-        + (
-            ", ".join(
-                f"{t.name} {t.version or '?'}" for t in host.tools if t.name not in BUILD_TOOL_NAMES
-            )
-            or "none found on PATH"
-        ),
-        "build tools  "
-        + (
-            ", ".join(
-                f"{t.name} {t.version or '?'}" for t in host.tools if t.name in BUILD_TOOL_NAMES
-            )
-            or "none found on PATH"
-        ),
+        f"compilers    {_tool_list(host.compilers)}",
+        f"build tools  {_tool_list(host.build_tools)}",
         f"libnuma      {host.numa_header or 'numa.h not found (apt-get install libnuma-dev)'}",
     ]
     return "\n".join(lines)
+
+
+def _tool_list(tools: tuple[Tool, ...]) -> str:
+    return ", ".join(f"{t.name} {t.version or '?'}" for t in tools) or "none found on PATH"
 
 
 def _arch_features(host: Host) -> set[str]:
