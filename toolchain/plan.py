@@ -284,7 +284,9 @@ def _third_party(
 def _cache_env(
     host: Host, options: BuildOptions, build_dir: Path, warnings: list[str]
 ) -> dict[str, str]:
-    launcher = next((tool.name for tool in host.tools if tool.name in ("sccache", "ccache")), None)
+    # vLLM's setup.py prefers sccache when both are on PATH; configure the one it will use.
+    names = {tool.name for tool in host.build_tools}
+    launcher = next((name for name in ("sccache", "ccache") if name in names), None)
     if launcher is None:
         warnings.append(
             "no ccache or sccache on PATH: a rebuild compiles everything again "
