@@ -286,7 +286,7 @@ def _cache_env(
 ) -> dict[str, str]:
     # vLLM's setup.py prefers sccache when both are on PATH; configure the one it will use.
     names = {tool.name for tool in host.build_tools}
-    launcher = next((name for name in ("sccache", "ccache") if name in names), None)
+    launcher: str | None = next((n for n in ("sccache", "ccache") if n in names), None)
     if launcher is None:
         warnings.append(
             "no ccache or sccache on PATH: a rebuild compiles everything again "
