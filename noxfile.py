@@ -45,6 +45,12 @@ def provision_toolchain(session: nox.Session) -> None:
 
 
 @nox.session
+def verify(session: nox.Session) -> None:
+    """Install a wheel in a fresh venv and prove it works here (`-- WHEEL | --index URL`)."""
+    _toolchain(session, "verify")
+
+
+@nox.session
 def tests(session: nox.Session) -> None:
     """The default test run: unit tests, the CPU probe compiled here, and small real builds."""
     session.install(".[test]")

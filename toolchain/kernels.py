@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import functools
 import signal
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from toolchain import run
-from toolchain.datafile import load_toml, string_list, table
+from toolchain.datafile import load_toml, string, string_list, table
 from toolchain.errors import KernelCheckError
 
 LOAD = "import sys, torch; torch.ops.load_library(sys.argv[1])"
@@ -34,14 +35,40 @@ class KernelLoad:
     detail: str = ""
 
 
+def _tiers_file() -> tuple[Path, dict[str, Any]]:
+    path = Path(str(resources.files("toolchain") / "data" / "kernel-tiers.toml"))
+    return path, load_toml(path)
+
+
 @functools.cache
 def tier_needs(arch: str) -> Mapping[str, tuple[str, ...]]:
-    path = Path(str(resources.files("toolchain") / "data" / "kernel-tiers.toml"))
-    data = load_toml(path)
-    if arch not in data:
+    path, data = _tiers_file()
+    needs = table(data, "needs", where=str(path))
+    if arch not in needs:
         return {}
-    tiers = table(data, arch, where=str(path))
-    return {name: string_list(tiers, name, where=f"{path} [{arch}]") for name in tiers}
+    tiers = table(needs, arch, where=f"{path} [needs]")
+    return {name: string_list(tiers, name, where=f"{path} [needs.{arch}]") for name in tiers}
+
+
+@functools.cache
+def tier_picks(arch: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(tier, features it needs to be picked), in the order vLLM tries them."""
+    path, data = _tiers_file()
+    where = f"{path} [[pick.{arch}]]"
+    entries = table(data, "pick", where=str(path)).get(arch, [])
+    return tuple(
+        (string(entry, "tier", where=where), string_list(entry, "when", where=where))
+        for entry in entries
+    )
+
+
+def picked_tier(arch: str, isa: Mapping[str, bool], shipped: Iterable[str]) -> str | None:
+    """The kernel library vLLM loads on a CPU with `isa`, among the tiers a wheel ships."""
+    shipped = list(shipped)
+    for tier, when in tier_picks(arch):
+        if tier in shipped and all(isa.get(feature) for feature in when):
+            return tier
+    return shipped[0] if len(shipped) == 1 else None
 
 
 def tier_of(library: Path) -> str:

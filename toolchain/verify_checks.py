@@ -1,0 +1,317 @@
+"""verify's checks of a machine and an installed vLLM that need no running engine."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from toolchain import run
+from toolchain.checks import FAIL, PASS, SKIP, WARN, CheckResult
+from toolchain.host import Host
+from toolchain.kernels import FIND_PACKAGE, KernelLoad, describe, load_kernels, picked_tier
+from toolchain.memflag import NodeMemory, Reservation
+from toolchain.report import gib
+from toolchain.shadowing import check_shadowing
+from toolchain.spawn_lint import Finding
+
+REBUILD = "build a wheel this CPU runs: nox -s build-wheel -- --target portable"
+
+
+def check_isa(
+    host: Host, loads: Sequence[KernelLoad], min_isa: Sequence[str], target: str
+) -> CheckResult:
+    """The host has what the wheel needs; the tier vLLM picks here loads without SIGILL."""
+    lacking = [feature for feature in min_isa if not host.isa.get(feature)]
+    details: dict[str, Any] = {
+        "min_isa": list(min_isa),
+        "loads": {load.library: load.status for load in loads},
+    }
+    if lacking:
+        return CheckResult(
+            name="isa",
+            status=FAIL,
+            details=details,
+            summary=f"this CPU lacks {', '.join(lacking)}, which the wheel ({target}) needs",
+            fix=REBUILD,
+        )
+    if not loads:
+        return CheckResult(
+            name="isa",
+            status=FAIL,
+            details=details,
+            summary="the installed vllm ships no kernel library (_C*.so): not a CPU build",
+            fix="install a vLLM wheel built with VLLM_TARGET_DEVICE=cpu",
+        )
+    by_tier = {load.tier: load for load in loads}
+    tier = picked_tier(host.arch, host.isa, by_tier)
+    details["picked"] = tier
+    picked = by_tier.get(tier or "")
+    others = "; ".join(describe(load) for load in loads if load is not picked)
+    if picked is None or picked.status != "ok":
+        why = describe(picked) if picked else "vLLM has no tier for this CPU"
+        return CheckResult(
+            name="isa",
+            status=FAIL,
+            details=details,
+            summary=f"vLLM loads {tier} on this CPU and it cannot: {why}",
+            fix=f"{REBUILD} (or install the wheel built for this CPU's ISA level)",
+        )
+    broken = [load for load in loads if load.status == "error"]
+    summary = f"vLLM picks {picked.library} here and it loads" + (f"; {others}" if others else "")
+    if broken:
+        return CheckResult(
+            name="isa",
+            status=WARN,
+            summary=summary,
+            details=details,
+            fix="a kernel tier for other CPUs is broken: rebuild before publishing this wheel",
+        )
+    return CheckResult(name="isa", status=PASS, summary=summary, details=details)
+
+
+def run_kernel_loads(
+    python: Path, facts: Mapping[str, Any], host: Host, cwd: Path, min_isa: Sequence[str]
+) -> list[KernelLoad]:
+    package = Path(facts["vllm_package"])
+    return load_kernels(
+        python, package, arch=host.arch, isa=host.isa, wheel_min_isa=tuple(min_isa), cwd=cwd
+    )
+
+
+def check_import(
+    python: Path, facts: Mapping[str, Any], project: Path, env: Mapping[str, str], console: str
+) -> CheckResult:
+    """Nothing in the user's folder shadows vllm; vLLM picks its CPU platform; names intact."""
+    problems, fixes, warnings = [], [], []
+    shadows = check_shadowing(project, env.get("PYTHONPATH", ""))
+    where = run.capture([python, "-c", FIND_PACKAGE], cwd=project, env=env, check=False)
+    location = where.stdout.strip().splitlines()[-1] if where.stdout.strip() else ""
+    details = {"installed_at": facts["vllm_package"], "imports_from_project": location}
+    if shadows or (location and location != facts["vllm_package"]):
+        problems.append(
+            f"run from {project}, `import vllm` finds {location or 'nothing usable'} instead of "
+            f'{facts["vllm_package"]} ({"; ".join(shadows) or "PYTHONPATH"}): "cannot import '
+            "name 'LLM' from 'vllm' (unknown location)\""
+        )
+        fixes.append("run your scripts from another folder, or rename that vllm folder/module")
+    platform = facts["platform"]
+    if platform["device_type"] != "cpu":
+        problems.append(
+            f"vLLM did not pick its CPU platform ({platform['device_type'] or platform['error']})"
+        )
+        fixes.append(
+            "its installed version must contain 'cpu' (e.g. 0.32.0+cpu), or export "
+            "VLLM_TARGET_DEVICE=cpu"
+        )
+    distributions = facts["vllm_distributions"]
+    if "vllm" not in distributions:
+        names = ", ".join(f"{n} {v}" for n, v in distributions.items())
+        warnings.append(
+            f"installed as {names}, not 'vllm': importlib.metadata.version('vllm') fails, so "
+            f"the `vllm` command {console}, `vllm run-batch` and plugins "
+            "that ask for vllm's version break, and pip may install a second vllm beside it"
+        )
+    elif "cpu" not in (distributions["vllm"] or ""):
+        warnings.append(
+            f"version {distributions['vllm']} lacks 'cpu': vLLM relies on "
+            "VLLM_TARGET_DEVICE=cpu being set"
+        )
+    details["distributions"] = distributions
+    if problems:
+        return CheckResult(
+            name="import",
+            status=FAIL,
+            summary="; ".join(problems),
+            fix="\n".join(fixes),
+            details=details,
+        )
+    summary = f"vllm imports from {facts['vllm_package']}; CPU platform picked"
+    if warnings:
+        return CheckResult(
+            name="import",
+            status=WARN,
+            summary=f"{summary}; {'; '.join(warnings)}",
+            fix="start the server with `python -m vllm.entrypoints.openai.api_server` instead "
+            "of `vllm serve`; install a wheel named vllm to get the command back",
+            details=details,
+        )
+    return CheckResult(name="import", status=PASS, summary=summary, details=details)
+
+
+def console_state(python: Path, env: Mapping[str, str]) -> str:
+    """'works', 'is missing' or 'fails (...)': the `vllm` command of the environment."""
+    command = python.with_name("vllm")
+    if not command.is_file():
+        return "is missing"
+    done = run.capture([command, "--version"], cwd=Path("/"), env=env, check=False, timeout=300)
+    last = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
+    return f"fails ({last[0][:120]})" if done.returncode else "works"
+
+
+def check_spawn(
+    findings: Sequence[Finding], scripts: int, engine: Mapping[str, Any] | None
+) -> CheckResult:
+    """Scripts start no engine at import time; the engine itself started under spawn."""
+    details = {"scripts": scripts, "findings": [str(f) for f in findings], "engine": engine}
+    started = bool(engine and engine.get("started"))
+    method = (engine or {}).get("start_method")
+    engine_words = (
+        f"the engine started with the {method} start method"
+        if started
+        else "the engine was not started (see generate)"
+        if engine
+        else "the engine was not started (generate not run)"
+    )
+    if findings:
+        return CheckResult(
+            name="spawn",
+            status=FAIL,
+            details=details,
+            summary=f"{len(findings)} engine start(s) outside a __main__ guard: "
+            + "; ".join(f"{f.path}:{f.line} {f.call}" for f in findings),
+            fix='move them into a function called under `if __name__ == "__main__":` '
+            "(vLLM's CPU workers are spawned and import the script again)",
+        )
+    linted = f"{scripts} script(s) have a __main__ guard" if scripts else "no --script given"
+    status = PASS if started and method == "spawn" else FAIL if started else SKIP
+    return CheckResult(
+        name="spawn", status=status, summary=f"{engine_words}; {linted}", details=details
+    )
+
+
+def check_memory(
+    memory: NodeMemory, planned: Reservation, default: Reservation, proof: Mapping[str, Any] | None
+) -> CheckResult:
+    """What the flag reserves, whether that fits, and the recommendation proven by a start."""
+    advice = (
+        f"--gpu-memory-utilization {planned.recommended_utilization:.2f} "
+        f"(or VLLM_CPU_KVCACHE_SPACE={planned.recommended_kvcache_gib})"
+    )
+    details = {
+        "node": memory.node,
+        "source": memory.source,
+        "total_bytes": memory.total_bytes,
+        "available_bytes": memory.available_bytes,
+        "requested_bytes": planned.requested_bytes,
+        "utilization": planned.utilization,
+        "recommended": planned.recommended_utilization,
+        "recommended_kvcache_gib": planned.recommended_kvcache_gib,
+        "default_fits": default.fits,
+        "proof": proof,
+    }
+    where = (
+        f"NUMA node {memory.node} ({memory.source}): {gib(memory.total_bytes)} total, "
+        f"{gib(memory.available_bytes)} available"
+    )
+    proven = bool(proof and proof.get("started"))
+    proof_words = (
+        f"; the engine started with --gpu-memory-utilization {proof['utilization']}"
+        if proven and proof
+        else "; not proven: the engine did not start with it"
+        if proof
+        else ""
+    )
+    if not planned.fits:
+        return CheckResult(
+            name="memory",
+            status=FAIL,
+            details=details,
+            summary=f"--gpu-memory-utilization {planned.utilization} asks for "
+            f"{gib(planned.requested_bytes)} on {where}: vLLM refuses to start{proof_words}",
+            fix=f"use {advice}; the flag reserves CPU RAM despite its name",
+        )
+    status = PASS if proven else FAIL if proof else SKIP
+    return CheckResult(
+        name="memory",
+        status=status,
+        details=details,
+        summary=f"--gpu-memory-utilization {planned.utilization} reserves "
+        f"{gib(planned.requested_bytes)} of {where}{proof_words}",
+        fix="" if status == PASS else f"try {advice}",
+    )
+
+
+def check_threads(host: Host, facts: Mapping[str, Any], env: Mapping[str, str]) -> CheckResult:
+    """NUMA nodes, affinity and quota, OpenMP binding and runtimes, allocator advice."""
+    fails, warns, fixes = [], [], []
+    affinity = facts["affinity"]
+    runtimes = facts["openmp_runtimes"]
+    if len(runtimes) > 1:
+        fails.append(f"{len(runtimes)} OpenMP runtimes in one process: {', '.join(runtimes)}")
+        fixes.append(
+            "keep one: LD_PRELOAD only torch's libgomp (vLLM does so itself) and "
+            "remove the others from LD_PRELOAD"
+        )
+    if host.numa_nodes == 0:
+        warns.append(
+            "the kernel shows no NUMA node (a container?): vLLM sizes memory from "
+            "/proc/meminfo and cannot bind threads per node"
+        )
+        fixes.append(f"set VLLM_CPU_OMP_THREADS_BIND={_cpu_list(affinity)} explicitly")
+    if host.cpu_quota is not None and host.cpu_quota < len(affinity):
+        usable = max(1, int(host.cpu_quota))
+        warns.append(
+            f"the cgroup allows {host.cpu_quota:g} CPUs of time but {len(affinity)} "
+            "CPUs are in the affinity mask: bound OpenMP threads will be throttled"
+        )
+        fixes.append(f"set VLLM_CPU_OMP_THREADS_BIND={_cpu_list(affinity[:usable])}")
+    omp = env.get("OMP_NUM_THREADS")
+    if omp and env.get("VLLM_CPU_OMP_THREADS_BIND", "auto") != "nobind":
+        warns.append(f"OMP_NUM_THREADS={omp} is ignored while VLLM_CPU_OMP_THREADS_BIND binds")
+        fixes.append("unset OMP_NUM_THREADS, or set VLLM_CPU_OMP_THREADS_BIND=nobind to use it")
+    allocator = _tcmalloc_state(facts, env)
+    if allocator.startswith("no tcmalloc"):
+        warns.append(allocator)
+        fixes.append(_tcmalloc_fix(host.arch))
+    details = {
+        "numa_nodes": host.numa_nodes,
+        "affinity": affinity,
+        "cpu_quota": host.cpu_quota,
+        "openmp_runtimes": runtimes,
+        "torch_threads": facts["torch_threads"],
+        "allocator": allocator,
+    }
+    summary = (
+        f"{len(affinity)} CPUs ({_cpu_list(affinity)}), NUMA nodes {host.numa_nodes}, "
+        f"OpenMP {', '.join(Path(r).name for r in runtimes) or 'none loaded'}, {allocator}"
+    )
+    status = FAIL if fails else WARN if warns else PASS
+    return CheckResult(
+        name="threads",
+        status=status,
+        details=details,
+        summary="; ".join([*fails, *warns]) if fails or warns else summary,
+        fix="\n".join(fixes),
+    )
+
+
+def _tcmalloc_state(facts: Mapping[str, Any], env: Mapping[str, str]) -> str:
+    if facts["bundled_tcmalloc"]:
+        return "tcmalloc bundled with vLLM (it preloads it)"
+    if "libtcmalloc" in env.get("LD_PRELOAD", ""):
+        return "tcmalloc preloaded"
+    return "no tcmalloc: vLLM's CPU docs advise preloading it for speed and memory"
+
+
+def _tcmalloc_fix(arch: str) -> str:
+    found = next(
+        (p for p in Path("/usr/lib").glob("*/libtcmalloc_minimal.so.4") if arch in str(p)), None
+    )
+    if found:
+        return f'export LD_PRELOAD="{found}:$LD_PRELOAD"'
+    return (
+        "apt-get install libtcmalloc-minimal4, then export "
+        f'LD_PRELOAD="/usr/lib/{arch}-linux-gnu/libtcmalloc_minimal.so.4:$LD_PRELOAD"'
+    )
+
+
+def _cpu_list(cpus: Sequence[int]) -> str:
+    """0,1,2,5 -> 0-2,5"""
+    ranges: list[list[int]] = []
+    for cpu in cpus:
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(f"{a}-{b}" if a != b else f"{a}" for a, b in ranges)

@@ -1,0 +1,153 @@
+"""verify's checks that run a real engine: offline generate, then `vllm serve` over HTTP."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolchain import run
+from toolchain.api_check import exercise
+from toolchain.checks import FAIL, PASS, CheckResult
+from toolchain.engine_run import Server, free_port, scratch
+
+SCRIPTS = Path(__file__).parent / "scripts"
+MODEL_NAME = "verify-model"
+PROMPT_COUNTS = (1, 32)
+# generate proves the memory setting; the server gets a small fixed KV cache, which starts in
+# half the time on these machines (first touch of many GiB is slow under a hypervisor).
+SERVE_KV_CACHE_BYTES = 1 << 30
+
+
+@dataclass(frozen=True, kw_only=True)
+class Engine:
+    """How to start vLLM in the environment under test."""
+
+    python: Path
+    model: Path
+    utilization: float
+    env: Mapping[str, str]
+    logs: Path
+    use_console_script: bool = True
+
+
+def run_generate(engine: Engine) -> CheckResult:
+    """LLM.generate on 1 and 32 prompts in one engine; tokens/s for each."""
+    log = engine.logs / "generate.log"
+    argv: list[str | Path] = [
+        engine.python,
+        SCRIPTS / "generate_check.py",
+        engine.model,
+        "--prompts",
+        *map(str, PROMPT_COUNTS),
+        "--gpu-memory-utilization",
+        str(engine.utilization),
+    ]
+    with scratch(engine.env) as place:
+        run.announce(argv)
+        output = run.capture(argv, timeout=900, check=False, cwd=place.folder, env=place.env)
+    log.write_text(output.stdout + output.stderr)
+    line = next((x for x in output.stdout.splitlines() if x.startswith("RESULT ")), None)
+    report: dict[str, Any] = json.loads(line.removeprefix("RESULT ")) if line else {}
+    details = {
+        **report,
+        "started": bool(report),
+        "utilization": engine.utilization,
+        "log": str(log),
+        "cleaned": place.removed,
+    }
+    if output.returncode != 0 or not report:
+        return CheckResult(
+            name="generate",
+            status=FAIL,
+            details=details,
+            summary=f"LLM.generate failed (exit {output.returncode}): "
+            + _last_error(output.stdout + output.stderr),
+            fix=f"read {log}",
+        )
+    rates = ", ".join(
+        f"{r['prompts']} prompt(s) {r['generated_tokens']} tokens at {r['tokens_per_second']} tok/s"
+        for r in report["runs"]
+    )
+    return CheckResult(
+        name="generate",
+        status=PASS,
+        details=details,
+        summary=f"engine up in {report['load_seconds']} s; {rates}",
+    )
+
+
+def _last_error(text: str) -> str:
+    lines = [line for line in text.splitlines() if "Error" in line or "error" in line]
+    return (lines[-1] if lines else (text.strip().splitlines() or ["no output"])[-1])[:300]
+
+
+def run_serve(engine: Engine) -> CheckResult:
+    """`vllm serve` on a free loopback port: models, completions, chat, streaming, /metrics."""
+    log = engine.logs / "serve.log"
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    how: list[str | Path] = (
+        [engine.python.with_name("vllm"), "serve"]
+        if engine.use_console_script
+        else [engine.python, "-m", "vllm.entrypoints.openai.api_server", "--model"]
+    )
+    argv = [
+        *how,
+        engine.model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--served-model-name",
+        MODEL_NAME,
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "256",
+        "--kv-cache-memory-bytes",
+        str(SERVE_KV_CACHE_BYTES),
+    ]
+    started = time.monotonic()
+    with scratch(engine.env) as place:
+        server = Server(argv, env=place.env, cwd=place.folder, log=log)
+        try:
+            not_ready = server.wait_ready(f"{base}/health", timeout=600)
+            ready_seconds = round(time.monotonic() - started, 1)
+            report = exercise(base, MODEL_NAME) if not not_ready else None
+        finally:
+            server.stop()
+    details: dict[str, Any] = {
+        "command": " ".join(map(str, how)),
+        "ready_seconds": ready_seconds,
+        "log": str(log),
+        "cleaned": place.removed,
+    }
+    if report is None:
+        return CheckResult(
+            name="serve",
+            status=FAIL,
+            details=details,
+            summary=f"{not_ready}: {_last_error(run.tail(log, 60))}",
+            fix=f"read {log}",
+        )
+    details.update(report.details)
+    if report.problems:
+        return CheckResult(
+            name="serve",
+            status=FAIL,
+            details=details,
+            summary="; ".join(report.problems),
+            fix=f"read {log}",
+        )
+    return CheckResult(
+        name="serve",
+        status=PASS,
+        details=details,
+        summary=f"{details['command']} ready in {ready_seconds} s on {base}: /v1/models, "
+        f"/v1/completions, /v1/chat/completions, streaming; /metrics counted "
+        f"{report.prompt_tokens} prompt tokens as the responses did; server stopped",
+    )

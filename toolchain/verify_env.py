@@ -1,0 +1,166 @@
+"""A fresh environment for `verify`: a venv with the wheel and its runtime requirements."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import parse_wheel_filename
+
+from toolchain import run
+from toolchain.checks import FAIL, PASS, WARN, CheckResult
+from toolchain.errors import UsageError
+from toolchain.fetch import reachable
+from toolchain.runtime_deps import RuntimePlan, runtime_requirements
+from toolchain.wheelfile import read_manifest
+
+PROBE = Path(__file__).parent / "scripts" / "probe_env.py"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipSources:
+    find_links: tuple[Path, ...] = ()
+    torch_index: str = ""
+
+    def args(self) -> list[str]:
+        found = [arg for link in self.find_links for arg in ("--find-links", str(link))]
+        if self.torch_index and reachable(self.torch_index):
+            found += ["--extra-index-url", self.torch_index]
+        return found
+
+
+def wheel_from_index(index_url: str, package: str, dest: Path, log: Path) -> Path:
+    """Download the wheel pip would pick for this machine from `index_url`."""
+    dest.mkdir(parents=True, exist_ok=True)
+    run.run_logged(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "--index-url",
+            index_url,
+            "--dest",
+            dest,
+            package,
+        ],
+        log=log,
+        what=f"downloading {package} from {index_url}",
+    )
+    wheels = sorted(dest.glob("*.whl"))
+    if len(wheels) != 1:
+        raise UsageError(f"expected one wheel from {index_url}, got {[w.name for w in wheels]}")
+    return wheels[0]
+
+
+def interpreter_for(wheel: Path) -> str:
+    """A Python on PATH that can install `wheel`: this one when its tags allow."""
+    tags = parse_wheel_filename(wheel.name)[3]
+    versions = {t.interpreter[2:] for t in tags if t.interpreter.startswith("cp")}
+    abi3 = any(t.abi == "abi3" for t in tags)
+    this = f"{sys.version_info.major}{sys.version_info.minor}"
+    if (
+        not versions
+        or this in versions
+        or (abi3 and int(this[1:]) >= min(int(v[1:]) for v in versions))
+    ):
+        return sys.executable
+    for version in sorted(versions):
+        found = shutil.which(f"python{version[0]}.{version[1:]}")
+        if found:
+            return found
+    raise UsageError(
+        f"{wheel.name} needs CPython {', '.join(sorted(versions))}; none is on PATH",
+        hint="install that Python (pyenv, apt) and run verify again",
+    )
+
+
+def create_env(wheel: Path, venv: Path, sources: PipSources, log: Path) -> RuntimePlan:
+    """A new venv at `venv` (any old one removed) with the wheel and its requirements."""
+    shutil.rmtree(venv, ignore_errors=True)
+    run.run_logged([interpreter_for(wheel), "-m", "venv", venv], log=log, what="creating the venv")
+    deps = runtime_requirements(wheel)
+    pip: list[str | Path] = [
+        venv / "bin" / "python",
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+    ]
+    run.run_logged([*pip, *sources.args(), *deps.install], log=log, what="installing requirements")
+    run.run_logged([*pip, "--no-deps", wheel], log=log, what=f"installing {wheel.name}")
+    return deps
+
+
+def probe(python: Path, cwd: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """What probe_env.py reports about the vLLM install of `python`."""
+    output = run.capture([python, PROBE], timeout=600, check=False, cwd=cwd, env=env)
+    line = next((x for x in output.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if line is None:
+        last = (output.stderr or output.stdout).strip().splitlines()[-3:]
+        raise UsageError(
+            f"{python} cannot import torch and vllm (exit {output.returncode}): {' | '.join(last)}",
+            hint="install the wheel into that environment first (or let verify create one)",
+        )
+    report: dict[str, Any] = json.loads(line.removeprefix("RESULT "))
+    return report
+
+
+def check_install(
+    facts: dict[str, Any], *, wheel: Path | None, deps: RuntimePlan | None
+) -> CheckResult:
+    """torch is the CPU build the wheel was built against; no CUDA companions; drops named."""
+    manifest = read_manifest(wheel) if wheel else None
+    wanted = ((manifest or {}).get("toolchain") or {}).get("torch")
+    problems, fixes = [], []
+    if facts["torch_cuda"]:
+        problems.append(f"torch {facts['torch']} is a CUDA {facts['torch_cuda']} build")
+        fixes.append("install the +cpu build of torch (PyTorch CPU index or --find-links)")
+    if wanted and facts["torch"] != wanted:
+        problems.append(f"torch is {facts['torch']}, the wheel was built against {wanted}")
+        fixes.append(f"pip install torch=={wanted} (its kernels link to that torch's ABI)")
+    for name, info in facts["companions"].items():
+        if info["import_error"]:
+            problems.append(f"{name} {info['version']} fails to import: {info['import_error']}")
+            fixes.append(f"pip uninstall {name} (PyPI's {name} is a CUDA build), or a CPU build")
+    left_out = _left_out(deps)
+    details = {"torch": facts["torch"], "companions": facts["companions"], "left_out": left_out}
+    if problems:
+        return CheckResult(
+            name="install",
+            status=FAIL,
+            summary="; ".join(problems),
+            fix="\n".join(fixes),
+            details=details,
+        )
+    summary = f"torch {facts['torch']} (CPU build); {', '.join(facts['vllm_distributions'])}"
+    if left_out:
+        words = "; ".join(f"{', '.join(names)}: {why}" for why, names in left_out.items())
+        return CheckResult(
+            name="install",
+            status=WARN,
+            details=details,
+            summary=f"{summary}; left out {words}",
+            fix="install CPU builds of what was left out if a model needs them",
+        )
+    return CheckResult(name="install", status=PASS, summary=summary, details=details)
+
+
+def _left_out(deps: RuntimePlan | None) -> dict[str, list[str]]:
+    """Requirement names left out of the install, by reason."""
+    grouped: dict[str, list[str]] = {}
+    for line, why in deps.left_out if deps else ():
+        try:
+            name = Requirement(line).name
+        except InvalidRequirement:
+            name = line
+        grouped.setdefault(why, []).append(name)
+    return grouped
