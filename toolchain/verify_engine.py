@@ -121,7 +121,7 @@ def run_serve(engine: Engine) -> CheckResult:
         finally:
             server.stop()
     details: dict[str, Any] = {
-        "command": " ".join(map(str, how)),
+        "command": "vllm serve" if engine.use_console_script else " ".join(map(str, how[1:3])),
         "ready_seconds": ready_seconds,
         "log": str(log),
         "cleaned": place.removed,
