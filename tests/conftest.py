@@ -90,3 +90,46 @@ def cpuinfo_file() -> Callable[[str], Path]:
 def meminfo_file() -> Callable[[str], Path]:
     """A saved /proc/meminfo from tests/fixtures/meminfo, by name."""
     return lambda name: MEMINFO / f"{name}.txt"
+
+
+def build_wheel_file(
+    folder: Path,
+    name: str,
+    version: str,
+    *,
+    requires: tuple[str, ...] = (),
+    requires_python: str | None = None,
+    files: dict[str, bytes] | None = None,
+    extra_info: dict[str, bytes] | None = None,
+) -> Path:
+    """A small valid wheel (py3-none-any) with a RECORD pip checks; files default to a module."""
+    import base64
+    import hashlib
+    import zipfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    info = f"{name}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    metadata += f"Requires-Python: {requires_python}\n" if requires_python else ""
+    metadata += "".join(f"Requires-Dist: {r}\n" for r in requires)
+    entries = {
+        **(files if files is not None else {f"{name}/__init__.py": b"ANSWER = 42\n"}),
+        f"{info}/METADATA": metadata.encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        **{f"{info}/{key}": value for key, value in (extra_info or {}).items()},
+    }
+    wheel = folder / f"{name}-{version}-py3-none-any.whl"
+    records = []
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, data in entries.items():
+            archive.writestr(path, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            records.append(f"{path},sha256={digest},{len(data)}")
+        archive.writestr(f"{info}/RECORD", "\n".join([*records, f"{info}/RECORD,,"]) + "\n")
+    return wheel
+
+
+@pytest.fixture
+def make_wheel() -> Callable[..., Path]:
+    """build_wheel_file, as a fixture: make_wheel(folder, name, version, requires=...)."""
+    return build_wheel_file

@@ -115,17 +115,6 @@ def test_memory_guard_pauses_the_youngest_compiler_and_resumes_it(
     assert sent[-1] == (13, signal.SIGCONT)
 
 
-def _wheel(path: Path, requires: list[str]) -> Path:
-    metadata = "Metadata-Version: 2.1\nName: vllm\nVersion: 0.1.0+cpu.portable\n" + "".join(
-        f"Requires-Dist: {r}\n" for r in requires
-    )
-    with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr("vllm/__init__.py", "")
-        archive.writestr("vllm-0.1.0+cpu.portable.dist-info/METADATA", metadata)
-        archive.writestr("vllm-0.1.0+cpu.portable.dist-info/RECORD", "")
-    return path
-
-
 def test_drop_requirements_matches_names_not_substrings() -> None:
     text = (
         "Name: vllm\nRequires-Dist: triton @ https://x/triton.whl ; platform_machine == 'x86_64'\n"
@@ -138,9 +127,9 @@ def test_drop_requirements_matches_names_not_substrings() -> None:
     assert "triton-kernels" in kept and "torch==2.13.0+cpu" in kept
 
 
-def test_rewrite_embeds_the_manifest_with_a_valid_record(tmp_path: Path) -> None:
-    wheel = _wheel(
-        tmp_path / "vllm-0.1.0+cpu.portable-py3-none-any.whl", ["triton @ https://x/t.whl", "numpy"]
+def test_rewrite_embeds_the_manifest_with_a_valid_record(tmp_path: Path, make_wheel) -> None:
+    wheel = make_wheel(
+        tmp_path, "vllm", "0.1.0+cpu.portable", requires=("triton @ https://x/t.whl", "numpy")
     )
     dropped = rewrite_wheel(wheel, drop=["triton"], manifest={"target_isa": "portable"})
     assert dropped == ["Requires-Dist: triton @ https://x/t.whl"]
@@ -158,18 +147,22 @@ def test_rewrite_embeds_the_manifest_with_a_valid_record(tmp_path: Path) -> None
     assert [p.name for p in tmp_path.iterdir()] == [wheel.name]
 
 
-def test_runtime_requirements_pin_torch_and_say_what_is_left_out(tmp_path: Path) -> None:
+def test_runtime_requirements_pin_torch_and_say_what_is_left_out(
+    tmp_path: Path, make_wheel
+) -> None:
     from toolchain.runtime_deps import runtime_requirements
 
-    wheel = _wheel(
-        tmp_path / "vllm-0.1.0+cpu.portable-py3-none-any.whl",
-        [
+    wheel = make_wheel(
+        tmp_path,
+        "vllm",
+        "0.1.0+cpu.portable",
+        requires=(
             "numpy>=1.26",
             "torch==2.13.0+cpu; platform_machine == 'x86_64'",
             "torchvision; platform_machine != 'riscv64'",
             "triton @ https://x/t.whl ; platform_machine == 'x86_64'",
             "py-cpuinfo; platform_machine == 'aarch64'",
-        ],
+        ),
     )
     rewrite_wheel(wheel, drop=[], manifest={"toolchain": {"torch": "2.13.0+cpu"}})
     result = runtime_requirements(wheel, {"platform_machine": "x86_64"})

@@ -197,7 +197,11 @@ def test_memory_passes_only_once_an_engine_started_with_it() -> None:
     planned = reservation(NODE, 0.5)
     assert check_memory(NODE, planned, reservation(NODE), None).status == SKIP
     failed = check_memory(NODE, planned, reservation(NODE), {"started": False})
-    assert failed.status == FAIL and "not proven" in failed.summary
+    assert failed.status == WARN and "not proven: the engine failed before" in failed.summary
+    refused = {"started": False, "memory_refused": True, "utilization": 0.5}
+    taken = check_memory(NODE, planned, reservation(NODE), refused)
+    assert taken.status == FAIL and "vLLM refused --gpu-memory-utilization 0.5" in taken.summary
+    assert taken.fix.startswith("try --gpu-memory-utilization 0.50")
     proven = check_memory(NODE, planned, reservation(NODE), {"started": True, "utilization": 0.5})
     assert proven.status == PASS
 

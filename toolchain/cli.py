@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -13,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.build import BuildRun, build_wheel
-from toolchain.checks import FAIL, render, worst
+from toolchain.cli_common import Parser, existing_file, print_json, settings_values
+from toolchain.cli_deliver import add_delivery_parsers
 from toolchain.errors import ToolchainError, UsageError
-from toolchain.fetch import atomic_path, fill_mirror
+from toolchain.fetch import fill_mirror
 from toolchain.host import Host, detect_host
 from toolchain.isa import SUPPORTED_ARCHES
 from toolchain.kernels import describe, load_kernels, package_dir
@@ -28,38 +28,22 @@ from toolchain.report import gib, render_host, render_plan
 from toolchain.settings import (
     BUILD_SETTINGS,
     add_setting_flags,
-    read_toml_settings,
-    resolve_settings,
 )
 from toolchain.shadowing import check_shadowing
 from toolchain.spawn_lint import lint_script
 from toolchain.tools import tool_version
-from toolchain.verify import CHECK_NAMES, VerifyOptions, verify
-from toolchain.verify_env import PipSources
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse would print usage and exit 2 itself
-        raise UsageError(message, hint=f"see: python -m toolchain {self.prog.split()[-1]} --help")
-
-
-def _existing_file(value: str) -> Path:
-    path = Path(value)
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"{value}: no such file")
-    return path
 
 
 def add_host_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cpuinfo",
-        type=_existing_file,
+        type=existing_file,
         metavar="FILE",
         help="describe the machine of this saved /proc/cpuinfo instead of this one",
     )
     parser.add_argument(
         "--meminfo",
-        type=_existing_file,
+        type=existing_file,
         metavar="FILE",
         help="use this saved /proc/meminfo instead of this machine's",
     )
@@ -68,11 +52,6 @@ def add_host_options(parser: argparse.ArgumentParser) -> None:
 
 def host_from_args(args: argparse.Namespace) -> Host:
     return detect_host(cpuinfo_file=args.cpuinfo, meminfo_file=args.meminfo)
-
-
-def print_json(data: object) -> None:
-    json.dump(data, sys.stdout, indent=2, sort_keys=True)
-    sys.stdout.write("\n")
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
@@ -87,9 +66,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
 def options_from_args(args: argparse.Namespace) -> tuple[dict[str, Any], BuildOptions]:
     """Settings from flags, VCB_* variables and ./pyproject.toml, as the plan's options."""
-    values = resolve_settings(
-        BUILD_SETTINGS, vars(args), os.environ, read_toml_settings(Path("pyproject.toml"))
-    )
+    values = settings_values(args)
     if values["jobs"] is not None and values["jobs"] < 1:
         raise UsageError(f"--jobs must be at least 1, not {values['jobs']}")
     options = BuildOptions(
@@ -240,116 +217,11 @@ def cmd_check_memory(args: argparse.Namespace) -> int:
     return 0 if result.fits else 1
 
 
-VERIFY_SETTINGS = tuple(
-    s for s in BUILD_SETTINGS if s.name in ("find_links", "torch_index", "work_dir", "wheel_dir")
-)
-PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-
-
-def verify_options(args: argparse.Namespace) -> VerifyOptions:
-    values = resolve_settings(
-        BUILD_SETTINGS, vars(args), os.environ, read_toml_settings(Path("pyproject.toml"))
-    )
-    chosen = [x for x in (args.wheel, args.index, args.python) if x]
-    if len(chosen) > 1:
-        raise UsageError("give one of WHEEL, --index and --python")
-    wheel = args.wheel
-    if not chosen:
-        wheel = newest_wheel(Path(values["wheel_dir"]))
-    only = tuple(args.only.split(",")) if args.only else CHECK_NAMES
-    unknown = sorted(set(only) - set(CHECK_NAMES))
-    if unknown:
-        raise UsageError(f"unknown checks {unknown}; known: {', '.join(CHECK_NAMES)}")
-    if wheel is not None and not wheel.is_file():
-        raise UsageError(f"{wheel}: no such wheel")
-    return VerifyOptions(
-        work_dir=Path(values["work_dir"]).expanduser(),
-        project=args.project.resolve(),
-        wheel=wheel,
-        index_url=args.index,
-        package=args.package,
-        python=args.python,
-        model=args.model,
-        scripts=tuple(args.script or ()),
-        utilization=args.gpu_memory_utilization,
-        only=only,
-        sources=PipSources(
-            find_links=tuple(Path(p) for p in (values["find_links"] or "").split(os.pathsep) if p),
-            torch_index=values["torch_index"] or PYTORCH_CPU_INDEX,
-        ),
-    )
-
-
-def newest_wheel(wheel_dir: Path) -> Path:
-    wheels = sorted(wheel_dir.glob("*.whl"), key=lambda p: p.stat().st_mtime)
-    if not wheels:
-        raise UsageError(
-            f"no wheel in {wheel_dir}/ to verify",
-            hint="give a wheel file, --index URL, or build one: nox -s build-wheel",
-        )
-    return wheels[-1]
-
-
-def cmd_verify(args: argparse.Namespace) -> int:
-    state = verify(verify_options(args))
-    report = state.logs / "report.json"
-    with atomic_path(report) as temporary:
-        temporary.write_text(json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n")
-    if args.json:
-        print_json(state.to_json())
-    else:
-        print(render(state.results))
-        print(f"report: {report}")
-    return 1 if worst(state.results) == FAIL else 0
-
-
-def add_verify_parser(commands: Any) -> None:
-    verify_cmd = commands.add_parser(
-        "verify", help="install a wheel in a fresh venv and prove it works on this machine"
-    )
-    verify_cmd.add_argument(
-        "wheel", nargs="?", type=Path, help="the wheel (default: the newest in wheels/)"
-    )
-    verify_cmd.add_argument("--index", metavar="URL", help="install from this package index")
-    verify_cmd.add_argument("--package", default="vllm", help="distribution to take from --index")
-    verify_cmd.add_argument(
-        "--python", type=Path, help="check this existing environment's Python; install nothing"
-    )
-    verify_cmd.add_argument(
-        "--model", type=Path, help="a local model folder (default: a generated tiny model)"
-    )
-    verify_cmd.add_argument(
-        "--script",
-        action="append",
-        type=_existing_file,
-        metavar="FILE",
-        help="a script of yours to check for a __main__ guard (repeatable)",
-    )
-    verify_cmd.add_argument(
-        "--project",
-        type=Path,
-        default=Path.cwd(),
-        help="the folder you run vLLM from, checked for shadowing (default: this one)",
-    )
-    verify_cmd.add_argument(
-        "--gpu-memory-utilization",
-        type=float,
-        default=DEFAULT_UTILIZATION,
-        help=f"the value you will run with (default: vLLM's {DEFAULT_UTILIZATION})",
-    )
-    verify_cmd.add_argument(
-        "--only", metavar="CHECKS", help=f"comma-separated: {','.join(CHECK_NAMES)}"
-    )
-    verify_cmd.add_argument("--json", action="store_true", help="print one JSON report")
-    add_setting_flags(verify_cmd, VERIFY_SETTINGS)
-    verify_cmd.set_defaults(handler=cmd_verify)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="python -m toolchain", description="Build vLLM for CPUs, verify the wheel, publish it."
     )
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     detect = commands.add_parser("detect", help="report this machine's CPU, memory and tools")
     add_host_options(detect)
     detect.set_defaults(handler=cmd_detect)
@@ -404,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument("--utilization", type=float, default=DEFAULT_UTILIZATION)
     memory.add_argument("--node", type=int, default=0, help="NUMA node of the worker")
     memory.set_defaults(handler=cmd_check_memory)
-    add_verify_parser(commands)
+    add_delivery_parsers(commands)
     return parser
 
 

@@ -72,3 +72,9 @@ class KernelCheckError(ToolchainError):
     """The environment to check has no vLLM whose kernels could be loaded."""
 
     exit_code = 11
+
+
+class PublishError(ToolchainError):
+    """The index could not be written, or an upload was refused; nothing half-done is left."""
+
+    exit_code = 12

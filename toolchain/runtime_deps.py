@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,16 +22,37 @@ class RuntimePlan:
     install: tuple[str, ...]
     left_out: tuple[tuple[str, str], ...]  # (requirement, why)
 
+    def left_out_by_reason(self) -> dict[str, list[str]]:
+        """Names of what was left out, grouped by why."""
+        grouped: dict[str, list[str]] = {}
+        for line, why in self.left_out:
+            try:
+                name = Requirement(line).name
+            except InvalidRequirement:
+                name = line
+            grouped.setdefault(why, []).append(name)
+        return grouped
+
+    def describe_left_out(self) -> str:
+        return "; ".join(f"{', '.join(n)}: {why}" for why, n in self.left_out_by_reason().items())
+
 
 def runtime_requirements(wheel: Path, environment: Mapping[str, str] | None = None) -> RuntimePlan:
     """The wheel's Requires-Dist for this environment, minus what cannot or must not install."""
-    env: dict[str, str] = {key: str(value) for key, value in default_environment().items()}
-    env.update({"extra": "", **(environment or {})})
     manifest = read_manifest(wheel) or {}
     torch_pin = (manifest.get("toolchain") or {}).get("torch")
+    return plan_requirements(requires_dist(wheel), torch_pin, environment)
+
+
+def plan_requirements(
+    lines: Iterable[str], torch_pin: str | None = None, environment: Mapping[str, str] | None = None
+) -> RuntimePlan:
+    """Requires-Dist lines for this environment, torch pinned to the build's when known."""
+    env: dict[str, str] = {key: str(value) for key, value in default_environment().items()}
+    env.update({"extra": "", **(environment or {})})
     install: list[str] = [f"torch=={torch_pin}"] if torch_pin else []
     left_out: list[tuple[str, str]] = []
-    for line in requires_dist(wheel):
+    for line in lines:
         try:
             requirement = Requirement(line)
         except InvalidRequirement:

@@ -90,6 +90,22 @@ BUILD_SETTINGS = (
     ),
 )
 
+PUBLISH_SETTINGS = (
+    Setting(
+        name="index_dir",
+        default="index",
+        help="where the static per-variant index is written (default: index)",
+    ),
+    Setting(name="upload", help="also upload the wheels with twine to this index server URL"),
+)
+
+# Every setting, so any command accepts the whole [tool.vllm-cpu-builder] table.
+ALL_SETTINGS = BUILD_SETTINGS + PUBLISH_SETTINGS
+
+
+def settings_named(*names: str) -> tuple[Setting, ...]:
+    return tuple(setting for setting in ALL_SETTINGS if setting.name in names)
+
 
 def add_setting_flags(parser: argparse.ArgumentParser, settings: tuple[Setting, ...]) -> None:
     for setting in settings:

@@ -204,14 +204,7 @@ def check_memory(
         f"NUMA node {memory.node} ({memory.source}): {gib(memory.total_bytes)} total, "
         f"{gib(memory.available_bytes)} available"
     )
-    proven = bool(proof and proof.get("started"))
-    proof_words = (
-        f"; the engine started with --gpu-memory-utilization {proof['utilization']}"
-        if proven and proof
-        else "; not proven: the engine did not start with it"
-        if proof
-        else ""
-    )
+    proof_words, status = _proof(proof)
     if not planned.fits:
         return CheckResult(
             name="memory",
@@ -221,15 +214,27 @@ def check_memory(
             f"{gib(planned.requested_bytes)} on {where}: vLLM refuses to start{proof_words}",
             fix=f"use {advice}; the flag reserves CPU RAM despite its name",
         )
-    status = PASS if proven else FAIL if proof else SKIP
+    fixes = {PASS: "", SKIP: "", WARN: "see the generate check", FAIL: f"try {advice}"}
     return CheckResult(
         name="memory",
         status=status,
         details=details,
         summary=f"--gpu-memory-utilization {planned.utilization} reserves "
         f"{gib(planned.requested_bytes)} of {where}{proof_words}",
-        fix="" if status == PASS else f"try {advice}",
+        fix=fixes[status],
     )
+
+
+def _proof(proof: Mapping[str, Any] | None) -> tuple[str, str]:
+    """(words, status) for what the engine start in generate proved about the setting."""
+    if proof is None:
+        return "", SKIP
+    setting = f"--gpu-memory-utilization {proof.get('utilization')}"
+    if proof.get("started"):
+        return f"; the engine started with {setting}", PASS
+    if proof.get("memory_refused"):
+        return f"; vLLM refused {setting}: memory was taken meanwhile", FAIL
+    return "; not proven: the engine failed before it reserved memory", WARN
 
 
 def check_threads(host: Host, facts: Mapping[str, Any], env: Mapping[str, str]) -> CheckResult:

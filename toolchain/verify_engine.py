@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ PROMPT_COUNTS = (1, 32)
 # generate proves the memory setting; the server gets a small fixed KV cache, which starts in
 # half the time on these machines (first touch of many GiB is slow under a hypervisor).
 SERVE_KV_CACHE_BYTES = 1 << 30
+EXCEPTION = re.compile(r"\b[A-Z]\w*(Error|Exception): .+$")
+MEMORY_REFUSED = "Available memory on node"  # vLLM 0.32's refusal (cpu_worker.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,11 +53,13 @@ def run_generate(engine: Engine) -> CheckResult:
         run.announce(argv)
         output = run.capture(argv, timeout=900, check=False, cwd=place.folder, env=place.env)
     log.write_text(output.stdout + output.stderr)
-    line = next((x for x in output.stdout.splitlines() if x.startswith("RESULT ")), None)
-    report: dict[str, Any] = json.loads(line.removeprefix("RESULT ")) if line else {}
+    started = _marked(output.stdout, "STARTED ")
+    report = _marked(output.stdout, "RESULT ")
     details = {
+        **started,
         **report,
-        "started": bool(report),
+        "started": bool(started),
+        "memory_refused": MEMORY_REFUSED in output.stdout + output.stderr,
         "utilization": engine.utilization,
         "log": str(log),
         "cleaned": place.removed,
@@ -65,7 +70,7 @@ def run_generate(engine: Engine) -> CheckResult:
             status=FAIL,
             details=details,
             summary=f"LLM.generate failed (exit {output.returncode}): "
-            + _last_error(output.stdout + output.stderr),
+            + root_error(output.stdout + output.stderr),
             fix=f"read {log}",
         )
     rates = ", ".join(
@@ -80,9 +85,19 @@ def run_generate(engine: Engine) -> CheckResult:
     )
 
 
-def _last_error(text: str) -> str:
-    lines = [line for line in text.splitlines() if "Error" in line or "error" in line]
-    return (lines[-1] if lines else (text.strip().splitlines() or ["no output"])[-1])[:300]
+def _marked(stdout: str, mark: str) -> dict[str, Any]:
+    """The JSON on the line of `stdout` that starts with `mark`, or {}."""
+    line = next((x for x in stdout.splitlines() if x.startswith(mark)), None)
+    return json.loads(line.removeprefix(mark)) if line else {}
+
+
+def root_error(text: str) -> str:
+    """The first exception a log names (the worker's, not the engine's EngineDeadError)."""
+    for line in text.splitlines():
+        match = EXCEPTION.search(line)
+        if match and not match.group(0).startswith("EngineDeadError"):
+            return match.group(0)[:300]
+    return (text.strip().splitlines() or ["no output"])[-1][:300]
 
 
 def run_serve(engine: Engine) -> CheckResult:
@@ -131,7 +146,7 @@ def run_serve(engine: Engine) -> CheckResult:
             name="serve",
             status=FAIL,
             details=details,
-            summary=f"{not_ready}: {_last_error(run.tail(log, 60))}",
+            summary=f"{not_ready}: {root_error(run.tail(log, 60))}",
             fix=f"read {log}",
         )
     details.update(report.details)

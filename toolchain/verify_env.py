@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import parse_wheel_filename
 
 from toolchain import run
@@ -131,7 +130,7 @@ def check_install(
         if info["import_error"]:
             problems.append(f"{name} {info['version']} fails to import: {info['import_error']}")
             fixes.append(f"pip uninstall {name} (PyPI's {name} is a CUDA build), or a CPU build")
-    left_out = _left_out(deps)
+    left_out = deps.left_out_by_reason() if deps else {}
     details = {"torch": facts["torch"], "companions": facts["companions"], "left_out": left_out}
     if problems:
         return CheckResult(
@@ -143,24 +142,11 @@ def check_install(
         )
     summary = f"torch {facts['torch']} (CPU build); {', '.join(facts['vllm_distributions'])}"
     if left_out:
-        words = "; ".join(f"{', '.join(names)}: {why}" for why, names in left_out.items())
         return CheckResult(
             name="install",
             status=WARN,
             details=details,
-            summary=f"{summary}; left out {words}",
+            summary=f"{summary}; left out {deps.describe_left_out() if deps else ''}",
             fix="install CPU builds of what was left out if a model needs them",
         )
     return CheckResult(name="install", status=PASS, summary=summary, details=details)
-
-
-def _left_out(deps: RuntimePlan | None) -> dict[str, list[str]]:
-    """Requirement names left out of the install, by reason."""
-    grouped: dict[str, list[str]] = {}
-    for line, why in deps.left_out if deps else ():
-        try:
-            name = Requirement(line).name
-        except InvalidRequirement:
-            name = line
-        grouped.setdefault(why, []).append(name)
-    return grouped

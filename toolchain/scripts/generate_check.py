@@ -1,5 +1,7 @@
 """Generate text offline with vLLM and report tokens per second, as JSON on a `RESULT ` line.
 
+A `STARTED ` line comes first, once the engine is up (its memory reserved).
+
 Run with the Python of the environment under test, from a folder without a `vllm/` in it:
     python generate_check.py MODEL_DIR [--prompts N [N ...]] [--max-tokens N]
         [--gpu-memory-utilization F]
@@ -56,8 +58,12 @@ def main() -> int:
         "load_seconds": round(time.monotonic() - started, 1),
         "start_method": os.environ.get("VLLM_WORKER_MULTIPROC_METHOD"),
         "engine_processes": child_processes(),
-        "runs": [generate(llm, SamplingParams, count, args.max_tokens) for count in args.prompts],
     }
+    # The engine is up (memory reserved, KV cache allocated) even if generating fails later.
+    print("STARTED " + json.dumps(report), flush=True)
+    report["runs"] = [
+        generate(llm, SamplingParams, count, args.max_tokens) for count in args.prompts
+    ]
     # vLLM logs its shutdown on stdout after this line, so the line is marked, not last.
     print("RESULT " + json.dumps(report), flush=True)
     complete = all(r["generated_tokens"] == r["prompts"] * args.max_tokens for r in report["runs"])
