@@ -51,6 +51,12 @@ def verify(session: nox.Session) -> None:
 
 
 @nox.session
+def publish(session: nox.Session) -> None:
+    """Write the per-variant index of wheels/ (`-- --index-dir DIR --upload URL`)."""
+    _toolchain(session, "publish")
+
+
+@nox.session
 def tests(session: nox.Session) -> None:
     """The default test run: unit tests, the CPU probe compiled here, and small real builds."""
     session.install(".[test]")

@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from email.parser import Parser
@@ -29,6 +31,7 @@ from toolchain.fetch import reachable
 from toolchain.index import target_min_isa
 from toolchain.index_check import anchors
 from toolchain.runtime_deps import RuntimePlan, plan_requirements
+from toolchain.wheelfile import dist_info
 
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 
@@ -159,12 +162,15 @@ def choose(
 
 
 def requires_dist(candidate: Candidate) -> list[str]:
-    if candidate.metadata_url is None:
-        raise PublishError(
-            f"the index serves no core metadata (PEP 658) for {candidate.filename}",
-            hint="publish with `nox -s publish`, whose static index serves it",
-        )
-    text = fetch(candidate.metadata_url)[0].decode()
+    """The wheel's Requires-Dist: from its core metadata file (PEP 658), else from the wheel."""
+    if candidate.metadata_url is not None:
+        text = fetch(candidate.metadata_url)[0].decode()
+    else:  # pypiserver serves no metadata files: read METADATA from the wheel itself
+        with tempfile.TemporaryDirectory() as folder:
+            wheel = Path(folder) / candidate.filename
+            wheel.write_bytes(fetch(candidate.url)[0])
+            with zipfile.ZipFile(wheel) as archive:
+                text = archive.read(f"{dist_info(archive.namelist())}/METADATA").decode()
     return Parser().parsestr(text).get_all("Requires-Dist") or []
 
 
@@ -185,8 +191,7 @@ def plan_install(
         for candidate in candidates(simple, project, min_isa)
     ]
     chosen = choose(found, host_isa, version)
-    lines = requires_dist(chosen) if chosen.metadata_url else []
-    deps = plan_requirements(lines)
+    deps = plan_requirements(requires_dist(chosen))
     pip = (str(python), "-m", "pip", "install")
     commands, notes = [], []
     if deps.install:

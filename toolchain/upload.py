@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
@@ -25,6 +26,13 @@ from toolchain.errors import ProcessFailedError, PublishError
 from toolchain.fetch import sha256_file
 from toolchain.index_check import anchors
 
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # a redirect elsewhere means: not on this server
+
+
+NO_REDIRECTS = urllib.request.build_opener(_NoRedirect)
 AUTH_WORDS = ("401", "403", "Invalid or non-existent authentication", "Forbidden", "Unauthorized")
 
 
@@ -48,10 +56,10 @@ def existing_files(upload_url: str, project: str) -> dict[str, str]:
     """filename -> sha256 of what the server already has for `project`."""
     url = f"{simple_url(upload_url)}/{canonicalize_name(project)}/"
     try:
-        with urllib.request.urlopen(url, timeout=30) as response:
+        with NO_REDIRECTS.open(url, timeout=30) as response:
             page = response.read().decode()
     except urllib.error.HTTPError as exc:
-        if exc.code == 404:
+        if exc.code == 404 or 300 <= exc.code < 400:  # pypiserver redirects unknown names to PyPI
             return {}
         raise PublishError(f"{url} answered {exc.code}") from exc
     except OSError as exc:
