@@ -104,7 +104,9 @@ def build_wheel_file(
 ) -> Path:
     """A small valid wheel (py3-none-any) with a RECORD pip checks; files default to a module."""
     import base64
+    import csv
     import hashlib
+    import io
     import zipfile
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -124,8 +126,10 @@ def build_wheel_file(
         for path, data in entries.items():
             archive.writestr(path, data)
             digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-            records.append(f"{path},sha256={digest},{len(data)}")
-        archive.writestr(f"{info}/RECORD", "\n".join([*records, f"{info}/RECORD,,"]) + "\n")
+            records.append((path, f"sha256={digest}", str(len(data))))
+        record = io.StringIO()
+        csv.writer(record, lineterminator="\n").writerows([*records, (f"{info}/RECORD", "", "")])
+        archive.writestr(f"{info}/RECORD", record.getvalue())
     return wheel
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import csv
 import gzip
 import hashlib
 import http.server
@@ -128,17 +129,23 @@ def test_drop_requirements_matches_names_not_substrings() -> None:
 
 
 def test_rewrite_embeds_the_manifest_with_a_valid_record(tmp_path: Path, make_wheel) -> None:
+    comma = "vllm/configs/N=8192,K=1536,device_name=X.json"  # vLLM ships names like this
     wheel = make_wheel(
-        tmp_path, "vllm", "0.1.0+cpu.portable", requires=("triton @ https://x/t.whl", "numpy")
+        tmp_path,
+        "vllm",
+        "0.1.0+cpu.portable",
+        requires=("triton @ https://x/t.whl", "numpy"),
+        files={"vllm/__init__.py": b"", comma: b"{}"},
     )
     dropped = rewrite_wheel(wheel, drop=["triton"], manifest={"target_isa": "portable"})
     assert dropped == ["Requires-Dist: triton @ https://x/t.whl"]
     assert requires_dist(wheel) == ["numpy"]
     assert read_manifest(wheel) == {"target_isa": "portable"}
     with zipfile.ZipFile(wheel) as archive:
-        record = archive.read("vllm-0.1.0+cpu.portable.dist-info/RECORD").decode().splitlines()
-        for line in record:
-            name, digest, size = line.rsplit(",", 2)
+        record = archive.read("vllm-0.1.0+cpu.portable.dist-info/RECORD").decode()
+        rows = list(csv.reader(io.StringIO(record)))
+        assert all(len(row) == 3 for row in rows) and comma in [row[0] for row in rows]
+        for name, digest, size in rows:
             if not digest:
                 continue
             data = archive.read(name)

@@ -223,7 +223,7 @@ def test_the_summary_counts_each_status_and_shows_fixes() -> None:
             NODE, reservation(NODE, 0.5), reservation(NODE), {"started": True, "utilization": 0.5}
         ).timed(2.0),
     ]
-    text = render(results)
+    text = render(results, 3.2)
     assert "FAIL  spawn" in text and "      fix: move them into a function" in text
     assert text.endswith("verify: 1 failed, 0 warned, 1 passed in 3 s")
 

@@ -81,7 +81,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         print_json(state.to_json())
     else:
-        print(render(state.results))
+        print(render(state.results, state.checks_seconds))
         print(f"report: {report}")
     return 1 if worst(state.results) == FAIL else 0
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from toolchain.errors import ProcessFailedError
 from toolchain.memory import GIB, read_memory
-from toolchain.run import announce, resolve, tail
+from toolchain.run import announce, resolve, send_signal, tail
 
 NINJA_STEP = re.compile(r"\[(\d+)/(\d+)\]")
 COMPILERS = frozenset({"cc1plus", "cc1", "lto1", "ld", "collect2"})
@@ -95,7 +95,7 @@ class MemoryGuard:
         running = [p for p in tree if p.name in COMPILERS and p.pid not in self.paused]
         if available < self.margin_bytes and len(running) > 1:
             youngest = max(running, key=lambda p: p.started)
-            if _signal(youngest.pid, signal.SIGSTOP):
+            if send_signal(youngest.pid, signal.SIGSTOP):
                 self.paused.append(youngest.pid)
                 return (
                     f"memory low ({available / GIB:.1f} GiB available): paused "
@@ -105,22 +105,14 @@ class MemoryGuard:
         self.paused = [pid for pid in self.paused if pid in alive]
         if self.paused and available > self.resume_bytes:
             pid = self.paused.pop(0)
-            _signal(pid, signal.SIGCONT)
+            send_signal(pid, signal.SIGCONT)
             return f"memory back ({available / GIB:.1f} GiB available): resumed {pid}"
         return None
 
     def release(self) -> None:
         for pid in self.paused:
-            _signal(pid, signal.SIGCONT)
+            send_signal(pid, signal.SIGCONT)
         self.paused.clear()
-
-
-def _signal(pid: int, signum: int) -> bool:
-    try:
-        os.kill(pid, signum)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def compile_logged(

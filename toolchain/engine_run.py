@@ -111,20 +111,11 @@ class Server:
 
     def stop(self, grace: float = 30) -> None:
         """SIGTERM to the whole group, then SIGKILL to whatever is left of it."""
-        _signal_group(self.process.pid, signal.SIGTERM)
+        run.send_signal(self.process.pid, signal.SIGTERM, group=True)
         with suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=grace)
         deadline = time.monotonic() + 10
-        while _signal_group(self.process.pid, 0) and time.monotonic() < deadline:
+        while run.send_signal(self.process.pid, 0, group=True) and time.monotonic() < deadline:
             time.sleep(0.5)  # engine workers shut down after the API process
-        _signal_group(self.process.pid, signal.SIGKILL)
+        run.send_signal(self.process.pid, signal.SIGKILL, group=True)
         self.process.wait()
-
-
-def _signal_group(pgid: int, sig: int) -> bool:
-    """Whether the group still had a process to signal."""
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        return False
-    return True

@@ -124,3 +124,12 @@ def run_logged(
             f"last lines of {log}:\n{tail(log)}",
             hint=f"the full log is {log}",
         )
+
+
+def send_signal(pid: int, signum: int, *, group: bool = False) -> bool:
+    """Signal a process (or its whole process group); False when nothing is left to signal."""
+    try:
+        (os.killpg if group else os.kill)(pid, signum)
+    except ProcessLookupError:
+        return False
+    return True

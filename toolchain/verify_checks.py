@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain import run
-from toolchain.checks import FAIL, PASS, SKIP, WARN, CheckResult
+from toolchain.checks import FAIL, PASS, SKIP, WARN, CheckResult, Findings
 from toolchain.host import Host
 from toolchain.kernels import FIND_PACKAGE, KernelLoad, describe, load_kernels, picked_tier
 from toolchain.memflag import NodeMemory, Reservation
@@ -83,60 +83,46 @@ def check_import(
     python: Path, facts: Mapping[str, Any], project: Path, env: Mapping[str, str], console: str
 ) -> CheckResult:
     """Nothing in the user's folder shadows vllm; vLLM picks its CPU platform; names intact."""
-    problems, fixes, warnings = [], [], []
+    found = Findings()
     shadows = check_shadowing(project, env.get("PYTHONPATH", ""))
     where = run.capture([python, "-c", FIND_PACKAGE], cwd=project, env=env, check=False)
     location = where.stdout.strip().splitlines()[-1] if where.stdout.strip() else ""
-    details = {"installed_at": facts["vllm_package"], "imports_from_project": location}
     if shadows or (location and location != facts["vllm_package"]):
-        problems.append(
+        found.fail(
             f"run from {project}, `import vllm` finds {location or 'nothing usable'} instead of "
             f'{facts["vllm_package"]} ({"; ".join(shadows) or "PYTHONPATH"}): "cannot import '
-            "name 'LLM' from 'vllm' (unknown location)\""
+            "name 'LLM' from 'vllm' (unknown location)\"",
+            "run your scripts from another folder, or rename that vllm folder/module",
         )
-        fixes.append("run your scripts from another folder, or rename that vllm folder/module")
     platform = facts["platform"]
     if platform["device_type"] != "cpu":
-        problems.append(
-            f"vLLM did not pick its CPU platform ({platform['device_type'] or platform['error']})"
-        )
-        fixes.append(
+        found.fail(
+            f"vLLM did not pick its CPU platform ({platform['device_type'] or platform['error']})",
             "its installed version must contain 'cpu' (e.g. 0.32.0+cpu), or export "
-            "VLLM_TARGET_DEVICE=cpu"
+            "VLLM_TARGET_DEVICE=cpu",
         )
     distributions = facts["vllm_distributions"]
     if "vllm" not in distributions:
         names = ", ".join(f"{n} {v}" for n, v in distributions.items())
-        warnings.append(
+        found.warn(
             f"installed as {names}, not 'vllm': importlib.metadata.version('vllm') fails, so "
             f"the `vllm` command {console}, `vllm run-batch` and plugins "
-            "that ask for vllm's version break, and pip may install a second vllm beside it"
+            "that ask for vllm's version break, and pip may install a second vllm beside it",
+            "start the server with `python -m vllm.entrypoints.openai.api_server` instead "
+            "of `vllm serve`; install a wheel named vllm to get the command back",
         )
     elif "cpu" not in (distributions["vllm"] or ""):
-        warnings.append(
-            f"version {distributions['vllm']} lacks 'cpu': vLLM relies on "
-            "VLLM_TARGET_DEVICE=cpu being set"
+        found.warn(
+            f"version {distributions['vllm']} lacks 'cpu'",
+            "export VLLM_TARGET_DEVICE=cpu wherever vLLM runs, or retag the wheel +cpu",
         )
-    details["distributions"] = distributions
-    if problems:
-        return CheckResult(
-            name="import",
-            status=FAIL,
-            summary="; ".join(problems),
-            fix="\n".join(fixes),
-            details=details,
-        )
+    details = {
+        "installed_at": facts["vllm_package"],
+        "imports_from_project": location,
+        "distributions": distributions,
+    }
     summary = f"vllm imports from {facts['vllm_package']}; CPU platform picked"
-    if warnings:
-        return CheckResult(
-            name="import",
-            status=WARN,
-            summary=f"{summary}; {'; '.join(warnings)}",
-            fix="start the server with `python -m vllm.entrypoints.openai.api_server` instead "
-            "of `vllm serve`; install a wheel named vllm to get the command back",
-            details=details,
-        )
-    return CheckResult(name="import", status=PASS, summary=summary, details=details)
+    return found.result("import", summary, details)
 
 
 def console_state(python: Path, env: Mapping[str, str]) -> str:
@@ -239,36 +225,37 @@ def _proof(proof: Mapping[str, Any] | None) -> tuple[str, str]:
 
 def check_threads(host: Host, facts: Mapping[str, Any], env: Mapping[str, str]) -> CheckResult:
     """NUMA nodes, affinity and quota, OpenMP binding and runtimes, allocator advice."""
-    fails, warns, fixes = [], [], []
+    found = Findings()
     affinity = facts["affinity"]
     runtimes = facts["openmp_runtimes"]
     if len(runtimes) > 1:
-        fails.append(f"{len(runtimes)} OpenMP runtimes in one process: {', '.join(runtimes)}")
-        fixes.append(
+        found.fail(
+            f"{len(runtimes)} OpenMP runtimes in one process: {', '.join(runtimes)}",
             "keep one: LD_PRELOAD only torch's libgomp (vLLM does so itself) and "
-            "remove the others from LD_PRELOAD"
+            "remove the others from LD_PRELOAD",
         )
     if host.numa_nodes == 0:
-        warns.append(
+        found.warn(
             "the kernel shows no NUMA node (a container?): vLLM sizes memory from "
-            "/proc/meminfo and cannot bind threads per node"
+            "/proc/meminfo and cannot bind threads per node",
+            f"set VLLM_CPU_OMP_THREADS_BIND={_cpu_list(affinity)} explicitly",
         )
-        fixes.append(f"set VLLM_CPU_OMP_THREADS_BIND={_cpu_list(affinity)} explicitly")
     if host.cpu_quota is not None and host.cpu_quota < len(affinity):
         usable = max(1, int(host.cpu_quota))
-        warns.append(
+        found.warn(
             f"the cgroup allows {host.cpu_quota:g} CPUs of time but {len(affinity)} "
-            "CPUs are in the affinity mask: bound OpenMP threads will be throttled"
+            "CPUs are in the affinity mask: bound OpenMP threads will be throttled",
+            f"set VLLM_CPU_OMP_THREADS_BIND={_cpu_list(affinity[:usable])}",
         )
-        fixes.append(f"set VLLM_CPU_OMP_THREADS_BIND={_cpu_list(affinity[:usable])}")
     omp = env.get("OMP_NUM_THREADS")
     if omp and env.get("VLLM_CPU_OMP_THREADS_BIND", "auto") != "nobind":
-        warns.append(f"OMP_NUM_THREADS={omp} is ignored while VLLM_CPU_OMP_THREADS_BIND binds")
-        fixes.append("unset OMP_NUM_THREADS, or set VLLM_CPU_OMP_THREADS_BIND=nobind to use it")
+        found.warn(
+            f"OMP_NUM_THREADS={omp} is ignored while VLLM_CPU_OMP_THREADS_BIND binds",
+            "unset OMP_NUM_THREADS, or set VLLM_CPU_OMP_THREADS_BIND=nobind to use it",
+        )
     allocator = _tcmalloc_state(facts, env)
     if allocator.startswith("no tcmalloc"):
-        warns.append(allocator)
-        fixes.append(_tcmalloc_fix(host.arch))
+        found.warn(allocator, _tcmalloc_fix(host.arch))
     details = {
         "numa_nodes": host.numa_nodes,
         "affinity": affinity,
@@ -277,18 +264,14 @@ def check_threads(host: Host, facts: Mapping[str, Any], env: Mapping[str, str]) 
         "torch_threads": facts["torch_threads"],
         "allocator": allocator,
     }
+    openmp = ", ".join(Path(r).name for r in runtimes) or "none loaded"
     summary = (
         f"{len(affinity)} CPUs ({_cpu_list(affinity)}), NUMA nodes {host.numa_nodes}, "
-        f"OpenMP {', '.join(Path(r).name for r in runtimes) or 'none loaded'}, {allocator}"
+        f"OpenMP {openmp}"
     )
-    status = FAIL if fails else WARN if warns else PASS
-    return CheckResult(
-        name="threads",
-        status=status,
-        details=details,
-        summary="; ".join([*fails, *warns]) if fails or warns else summary,
-        fix="\n".join(fixes),
-    )
+    if not allocator.startswith("no tcmalloc"):
+        summary += f", {allocator}"
+    return found.result("threads", summary, details)
 
 
 def _tcmalloc_state(facts: Mapping[str, Any], env: Mapping[str, str]) -> str:

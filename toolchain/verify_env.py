@@ -12,7 +12,7 @@ from typing import Any
 from packaging.utils import parse_wheel_filename
 
 from toolchain import run
-from toolchain.checks import FAIL, PASS, WARN, CheckResult
+from toolchain.checks import CheckResult, Findings
 from toolchain.errors import UsageError
 from toolchain.fetch import reachable
 from toolchain.runtime_deps import RuntimePlan, runtime_requirements
@@ -119,34 +119,32 @@ def check_install(
     """torch is the CPU build the wheel was built against; no CUDA companions; drops named."""
     manifest = read_manifest(wheel) if wheel else None
     wanted = ((manifest or {}).get("toolchain") or {}).get("torch")
-    problems, fixes = [], []
+    found = Findings()
     if facts["torch_cuda"]:
-        problems.append(f"torch {facts['torch']} is a CUDA {facts['torch_cuda']} build")
-        fixes.append("install the +cpu build of torch (PyTorch CPU index or --find-links)")
+        found.fail(
+            f"torch {facts['torch']} is a CUDA {facts['torch_cuda']} build",
+            "install the +cpu build of torch (PyTorch CPU index or --find-links)",
+        )
     if wanted and facts["torch"] != wanted:
-        problems.append(f"torch is {facts['torch']}, the wheel was built against {wanted}")
-        fixes.append(f"pip install torch=={wanted} (its kernels link to that torch's ABI)")
+        found.fail(
+            f"torch is {facts['torch']}, the wheel was built against {wanted}",
+            f"pip install torch=={wanted} (its kernels link to that torch's ABI)",
+        )
     for name, info in facts["companions"].items():
         if info["import_error"]:
-            problems.append(f"{name} {info['version']} fails to import: {info['import_error']}")
-            fixes.append(f"pip uninstall {name} (PyPI's {name} is a CUDA build), or a CPU build")
-    left_out = deps.left_out_by_reason() if deps else {}
-    details = {"torch": facts["torch"], "companions": facts["companions"], "left_out": left_out}
-    if problems:
-        return CheckResult(
-            name="install",
-            status=FAIL,
-            summary="; ".join(problems),
-            fix="\n".join(fixes),
-            details=details,
+            found.fail(
+                f"{name} {info['version']} fails to import: {info['import_error']}",
+                f"pip uninstall {name} (PyPI's {name} is a CUDA build), or a CPU build",
+            )
+    if deps and deps.left_out:
+        found.warn(
+            f"left out {deps.describe_left_out()}",
+            "install CPU builds of what was left out if a model needs them",
         )
+    details = {
+        "torch": facts["torch"],
+        "companions": facts["companions"],
+        "left_out": deps.left_out_by_reason() if deps else {},
+    }
     summary = f"torch {facts['torch']} (CPU build); {', '.join(facts['vllm_distributions'])}"
-    if left_out:
-        return CheckResult(
-            name="install",
-            status=WARN,
-            details=details,
-            summary=f"{summary}; left out {deps.describe_left_out() if deps else ''}",
-            fix="install CPU builds of what was left out if a model needs them",
-        )
-    return CheckResult(name="install", status=PASS, summary=summary, details=details)
+    return found.result("install", summary, details)

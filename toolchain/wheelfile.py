@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import csv
 import hashlib
+import io
 import json
 import zipfile
 from collections.abc import Iterable
@@ -71,18 +73,25 @@ def replace_files(wheel: Path, replaced: dict[str, bytes]) -> None:
             atomic_path(wheel) as temporary,
             zipfile.ZipFile(temporary, "w", compression=zipfile.ZIP_DEFLATED) as target,
         ):
-            records = []
+            records: list[tuple[str, str, str]] = []
             for item in source.infolist():
                 if item.filename in (record_name, *replaced):
                     continue
                 data = source.read(item)
                 target.writestr(item, data)
-                records.append(f"{item.filename},{_record_hash(data)},{len(data)}")
+                records.append((item.filename, _record_hash(data), str(len(data))))
             for name, data in replaced.items():
                 target.writestr(name, data)
-                records.append(f"{name},{_record_hash(data)},{len(data)}")
-            records.append(f"{record_name},,")
-            target.writestr(record_name, "\n".join(records) + "\n")
+                records.append((name, _record_hash(data), str(len(data))))
+            records.append((record_name, "", ""))
+            target.writestr(record_name, _csv_lines(records))
+
+
+def _csv_lines(rows: Iterable[tuple[str, str, str]]) -> str:
+    """RECORD is CSV: a file name with a comma in it must be quoted (vLLM ships such names)."""
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(rows)
+    return buffer.getvalue()
 
 
 def read_manifest(wheel: Path) -> dict[str, Any] | None:
