@@ -12,7 +12,7 @@ import pytest
 
 from toolchain.checks import FAIL, PASS, SKIP, WARN, render
 from toolchain.cli import main
-from toolchain.errors import UsageError
+from toolchain.errors import KernelCheckError, UsageError
 from toolchain.host import Host, detect_host
 from toolchain.kernels import KernelLoad, picked_tier
 from toolchain.memflag import NodeMemory, reservation
@@ -26,7 +26,7 @@ from toolchain.verify_checks import (
     check_spawn,
     check_threads,
 )
-from toolchain.verify_env import check_install, interpreter_for
+from toolchain.verify_env import check_install, interpreter_for, probe
 
 ZEN4 = ("avx2", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16")
 
@@ -277,3 +277,16 @@ def test_verify_refuses_two_sources_and_unknown_checks(tmp_path: Path, capsys) -
     assert main(["verify", "--wheel-dir", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err
     assert "no wheel in" in err and "nox -s build-wheel" in err
+
+
+def test_a_probe_killed_by_sigill_is_named_not_a_traceback(tmp_path: Path, fake_programs) -> None:
+    python = fake_programs.add("python", "", -4)
+    with pytest.raises(KernelCheckError, match="was killed by SIGILL importing torch and vllm"):
+        probe(python, tmp_path, load_kernels=True)
+    assert fake_programs.calls[0][-1] == "--load-kernels"
+
+
+def test_threads_say_when_the_kernels_did_not_load(host: Host, tmp_path: Path) -> None:
+    facts = _facts(tmp_path, kernels_error="killed by SIGILL", bundled_tcmalloc=["/x/libtc.so"])
+    result = check_threads(host, facts, {})
+    assert result.status == WARN and "without vLLM's kernels" in result.summary

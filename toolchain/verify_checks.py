@@ -253,6 +253,11 @@ def check_threads(host: Host, facts: Mapping[str, Any], env: Mapping[str, str]) 
             f"OMP_NUM_THREADS={omp} is ignored while VLLM_CPU_OMP_THREADS_BIND binds",
             "unset OMP_NUM_THREADS, or set VLLM_CPU_OMP_THREADS_BIND=nobind to use it",
         )
+    if facts.get("kernels_error"):
+        found.warn(
+            "OpenMP runtimes counted without vLLM's kernels, which did not load",
+            "see the isa check",
+        )
     allocator = _tcmalloc_state(facts, env)
     if allocator.startswith("no tcmalloc"):
         found.warn(allocator, _tcmalloc_fix(host.arch))

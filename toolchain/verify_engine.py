@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from toolchain import run
-from toolchain.api_check import exercise
+from toolchain.api_check import ApiReport, exercise
 from toolchain.checks import FAIL, PASS, CheckResult
 from toolchain.engine_run import Server, free_port, scratch
 
 SCRIPTS = Path(__file__).parent / "scripts"
 MODEL_NAME = "verify-model"
+API_SERVER = "vllm.entrypoints.openai.api_server"  # what `vllm serve` runs, without the CLI
 PROMPT_COUNTS = (1, 32)
 # generate proves the memory setting; the server gets a small fixed KV cache, which starts in
 # half the time on these machines (first touch of many GiB is slow under a hypervisor).
@@ -100,6 +101,13 @@ def root_error(text: str) -> str:
     return (text.strip().splitlines() or ["no output"])[-1][:300]
 
 
+def _exercise(base: str) -> ApiReport:
+    try:
+        return exercise(base, MODEL_NAME)
+    except (OSError, ValueError, KeyError) as exc:  # a malformed or missing answer
+        return ApiReport(problems=[f"the server answered unexpectedly: {exc!r}"])
+
+
 def run_serve(engine: Engine) -> CheckResult:
     """`vllm serve` on a free loopback port: models, completions, chat, streaming, /metrics."""
     log = engine.logs / "serve.log"
@@ -108,7 +116,7 @@ def run_serve(engine: Engine) -> CheckResult:
     how: list[str | Path] = (
         [engine.python.with_name("vllm"), "serve"]
         if engine.use_console_script
-        else [engine.python, "-m", "vllm.entrypoints.openai.api_server", "--model"]
+        else [engine.python, "-m", API_SERVER, "--model"]
     )
     argv = [
         *how,
@@ -132,11 +140,11 @@ def run_serve(engine: Engine) -> CheckResult:
         try:
             not_ready = server.wait_ready(f"{base}/health", timeout=600)
             ready_seconds = round(time.monotonic() - started, 1)
-            report = exercise(base, MODEL_NAME) if not not_ready else None
+            report = _exercise(base) if not not_ready else None
         finally:
             server.stop()
     details: dict[str, Any] = {
-        "command": "vllm serve" if engine.use_console_script else " ".join(map(str, how[1:3])),
+        "command": "vllm serve" if engine.use_console_script else f"python -m {API_SERVER}",
         "ready_seconds": ready_seconds,
         "log": str(log),
         "cleaned": place.removed,

@@ -13,8 +13,9 @@ from packaging.utils import parse_wheel_filename
 
 from toolchain import run
 from toolchain.checks import CheckResult, Findings
-from toolchain.errors import UsageError
+from toolchain.errors import KernelCheckError, UsageError
 from toolchain.fetch import reachable
+from toolchain.kernels import SIGILL_CODES
 from toolchain.runtime_deps import RuntimePlan, runtime_requirements
 from toolchain.wheelfile import read_manifest
 
@@ -99,14 +100,22 @@ def create_env(wheel: Path, venv: Path, sources: PipSources, log: Path) -> Runti
     return deps
 
 
-def probe(python: Path, cwd: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+def probe(
+    python: Path, cwd: Path, env: dict[str, str] | None = None, *, load_kernels: bool = False
+) -> dict[str, Any]:
     """What probe_env.py reports about the vLLM install of `python`."""
-    output = run.capture([python, PROBE], timeout=600, check=False, cwd=cwd, env=env)
+    argv: list[str | Path] = [python, PROBE, *(["--load-kernels"] if load_kernels else [])]
+    output = run.capture(argv, timeout=600, check=False, cwd=cwd, env=env)
     line = next((x for x in output.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
+        how = (
+            "was killed by SIGILL"
+            if output.returncode in SIGILL_CODES
+            else f"failed (exit {output.returncode})"
+        )
         last = (output.stderr or output.stdout).strip().splitlines()[-3:]
-        raise UsageError(
-            f"{python} cannot import torch and vllm (exit {output.returncode}): {' | '.join(last)}",
+        raise KernelCheckError(
+            f"{python} {how} importing torch and vllm{': ' if last else ''}{' | '.join(last)}",
             hint="install the wheel into that environment first (or let verify create one)",
         )
     report: dict[str, Any] = json.loads(line.removeprefix("RESULT "))

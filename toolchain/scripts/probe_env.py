@@ -1,9 +1,10 @@
 """Describe the vLLM install of the Python running this, as JSON on a `RESULT ` line.
 
 Run with the Python of the environment under test, from a folder without a `vllm/` in it:
-    python probe_env.py
-It imports torch and vLLM's platform, lets vLLM load the kernel tier it picks for this CPU
-(`current_platform.import_kernels()`), then reads which OpenMP runtimes the process mapped.
+    python probe_env.py [--load-kernels]
+It imports torch and vLLM's platform and reads which OpenMP runtimes the process mapped; with
+--load-kernels, after vLLM loaded the kernel tier it picks for this CPU
+(`current_platform.import_kernels()`), which a CPU lacking its instructions answers with SIGILL.
 """
 
 from __future__ import annotations
@@ -46,12 +47,12 @@ def _mapped_openmp() -> list[str]:
     return sorted(found)
 
 
-def _platform() -> dict[str, Any]:
+def _platform(load_kernels: bool) -> dict[str, Any]:
     try:
         from vllm.platforms import current_platform
 
         device = str(current_platform.device_type)
-        if device == "cpu":
+        if device == "cpu" and load_kernels:
             current_platform.import_kernels()
         return {"device_type": device, "error": ""}
     except Exception as exc:
@@ -73,7 +74,8 @@ def main() -> int:
             for name in COMPANIONS
             if _version(name)
         },
-        "platform": _platform(),
+        "platform": _platform("--load-kernels" in sys.argv[1:]),
+        "kernels_loaded": "--load-kernels" in sys.argv[1:],
         "openmp_runtimes": _mapped_openmp(),
         "torch_threads": torch.get_num_threads(),
         "affinity": sorted(os.sched_getaffinity(0)),
