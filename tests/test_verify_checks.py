@@ -120,15 +120,30 @@ def _python_finding_vllm_at(location: Path) -> Callable[[list[str]], tuple[int, 
     return lambda argv: (0, f"{location}\n")
 
 
-def test_a_vllm_folder_in_the_project_fails_the_import_check(tmp_path: Path, fake_programs) -> None:
+def test_a_vllm_source_tree_in_the_project_fails_the_import_check(
+    tmp_path: Path, fake_programs
+) -> None:
     project = tmp_path / "project"
     (project / "vllm").mkdir(parents=True)
+    (project / "vllm" / "__init__.py").write_text("")
     python = fake_programs.add("python", answer=_python_finding_vllm_at(project / "vllm"))
     result = check_import(python, _facts(tmp_path), project, {}, "works")
     assert result.status == FAIL
-    assert "cannot import name 'LLM' from 'vllm' (unknown location)" in result.summary
+    assert f"cannot import name 'LLM' from 'vllm' ({project / 'vllm'})" in result.summary
     assert "run your scripts from another folder" in result.fix
-    assert fake_programs.calls[0][1:3] == ["-c", fake_programs.calls[0][2]]
+    assert fake_programs.calls[0][1] == "-c"
+
+
+def test_a_namespace_folder_the_installed_package_beats_only_warns(
+    tmp_path: Path, fake_programs
+) -> None:
+    project = tmp_path / "project"
+    (project / "vllm").mkdir(parents=True)
+    python = fake_programs.add("python", answer=_python_finding_vllm_at(tmp_path / "vllm"))
+    result = check_import(python, _facts(tmp_path), project, {}, "works")
+    assert result.status == WARN
+    assert "a Python without vLLM run there fails" in result.summary
+    assert "(unknown location)" in result.summary
 
 
 def test_a_renamed_distribution_warns_what_breaks(tmp_path: Path, fake_programs) -> None:

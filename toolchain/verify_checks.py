@@ -49,7 +49,7 @@ def check_isa(
     picked = by_tier.get(tier or "")
     others = "; ".join(describe(load) for load in loads if load is not picked)
     if picked is None or picked.status != "ok":
-        why = describe(picked) if picked else "vLLM has no tier for this CPU"
+        why = _picked_failure(picked)
         return CheckResult(
             name="isa",
             status=FAIL,
@@ -70,6 +70,14 @@ def check_isa(
     return CheckResult(name="isa", status=PASS, summary=summary, details=details)
 
 
+def _picked_failure(picked: KernelLoad | None) -> str:
+    if picked is None:
+        return "vLLM has no tier for this CPU"
+    if picked.status == "sigill":
+        return f"{picked.library}: killed by SIGILL: this CPU lacks {', '.join(picked.lacking)}"
+    return describe(picked)
+
+
 def run_kernel_loads(
     python: Path, facts: Mapping[str, Any], host: Host, cwd: Path, min_isa: Sequence[str]
 ) -> list[KernelLoad]:
@@ -87,12 +95,18 @@ def check_import(
     shadows = check_shadowing(project, env.get("PYTHONPATH", ""))
     where = run.capture([python, "-c", FIND_PACKAGE], cwd=project, env=env, check=False)
     location = where.stdout.strip().splitlines()[-1] if where.stdout.strip() else ""
-    if shadows or (location and location != facts["vllm_package"]):
+    if location != facts["vllm_package"]:
         found.fail(
-            f"run from {project}, `import vllm` finds {location or 'nothing usable'} instead of "
+            f"run from {project}, `import vllm` finds {location or 'nothing'} instead of "
             f'{facts["vllm_package"]} ({"; ".join(shadows) or "PYTHONPATH"}): "cannot import '
-            "name 'LLM' from 'vllm' (unknown location)\"",
+            f"name 'LLM' from 'vllm' ({location or 'unknown location'})\"",
             "run your scripts from another folder, or rename that vllm folder/module",
+        )
+    elif shadows:  # a folder without __init__.py: the installed package still wins here
+        found.warn(
+            f"{'; '.join(shadows)}: harmless with this environment, but a Python without vLLM "
+            "run there fails with \"cannot import name 'LLM' from 'vllm' (unknown location)\"",
+            "rename the folder, or always run with this environment's Python",
         )
     platform = facts["platform"]
     if platform["device_type"] != "cpu":
