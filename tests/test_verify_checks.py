@@ -104,7 +104,7 @@ def test_install_fails_on_cuda_torch_and_companions_that_do_not_import(tmp_path:
         torch_cuda="13.0",
         companions={"torchvision": {"version": "0.29.1", "import_error": "RuntimeError: nms"}},
     )
-    result = check_install(facts, wheel=None, deps=None)
+    result = check_install(facts, manifest=None, deps=None)
     assert result.status == FAIL
     assert "torch 2.14.1 is a CUDA 13.0 build" in result.summary
     assert "torchvision 0.29.1 fails to import" in result.summary
@@ -112,8 +112,16 @@ def test_install_fails_on_cuda_torch_and_companions_that_do_not_import(tmp_path:
 
 
 def test_install_passes_a_cpu_torch(tmp_path: Path) -> None:
-    result = check_install(_facts(tmp_path), wheel=None, deps=None)
+    result = check_install(_facts(tmp_path), manifest=None, deps=None)
     assert result.status == PASS and "torch 2.13.0+cpu (CPU build)" in result.summary
+
+
+def test_install_fails_a_torch_other_than_the_build_s(tmp_path: Path) -> None:
+    manifest = {"toolchain": {"torch": "2.13.0+cpu"}}
+    result = check_install(_facts(tmp_path, torch="2.14.1+cpu"), manifest=manifest, deps=None)
+    assert result.status == FAIL
+    assert result.summary == "torch is 2.14.1+cpu, the wheel was built against 2.13.0+cpu"
+    assert result.fix.startswith("pip install torch==2.13.0+cpu")
 
 
 def _python_finding_vllm_at(location: Path) -> Callable[[list[str]], tuple[int, str]]:
@@ -253,7 +261,7 @@ def test_install_names_what_was_left_out_and_why(tmp_path: Path) -> None:
             ("triton @ https://github.com/x/y.zip", "a direct URL"),
         ),
     )
-    result = check_install(_facts(tmp_path), wheel=None, deps=deps)
+    result = check_install(_facts(tmp_path), manifest=None, deps=deps)
     assert result.status == WARN
     assert result.summary.endswith(
         "left out torchaudio, torchvision: PyPI has only CUDA builds; triton: a direct URL"

@@ -106,7 +106,12 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_install_command(args: argparse.Namespace) -> int:
     values = settings_values(args)
-    index = args.index or Path(values["index_dir"]).absolute().as_uri()
+    index_dir = Path(values["index_dir"])
+    if not args.index and not index_dir.exists():
+        raise UsageError(
+            f"no index at {index_dir}", hint="publish one (nox -s publish) or give --index URL"
+        )
+    index = args.index or index_dir.absolute().as_uri()
     plan = plan_install(
         index,
         detect_host().isa,

@@ -96,8 +96,9 @@ def verify(options: VerifyOptions) -> Verification:
     env = dict(os.environ)
     with _clean_folder() as clean:
         facts = probe(state.python, clean, env)
-        state.record("install", lambda: check_install(facts, wheel=state.wheel, deps=state.deps))
-        min_isa, target = _wheel_needs(state, facts)
+        manifest = read_manifest(state.wheel) if state.wheel else _installed_manifest(facts)
+        state.record("install", lambda: check_install(facts, manifest=manifest, deps=state.deps))
+        min_isa, target = _wheel_needs(manifest)
         state.record(
             "isa",
             lambda: check_isa(
@@ -146,9 +147,8 @@ def prepare_env(state: Verification) -> None:
     print(f"    installed in {state.install_seconds:.0f} s", flush=True)
 
 
-def _wheel_needs(state: Verification, facts: dict[str, Any]) -> tuple[list[str], str]:
-    """min_isa and target from the manifest in the wheel or its installed dist-info."""
-    manifest = read_manifest(state.wheel) if state.wheel else _installed_manifest(facts)
+def _wheel_needs(manifest: dict[str, Any] | None) -> tuple[list[str], str]:
+    """min_isa and target from the build manifest (in the wheel or its installed dist-info)."""
     if manifest is None:
         return [], "no build manifest: needs read from its kernel libraries"
     return list(manifest.get("min_isa", [])), f"target {manifest.get('target_isa')}"

@@ -17,7 +17,6 @@ from toolchain.errors import KernelCheckError, UsageError
 from toolchain.fetch import reachable
 from toolchain.kernels import SIGILL_CODES
 from toolchain.runtime_deps import RuntimePlan, runtime_requirements
-from toolchain.wheelfile import read_manifest
 
 PROBE = Path(__file__).parent / "scripts" / "probe_env.py"
 
@@ -123,10 +122,9 @@ def probe(
 
 
 def check_install(
-    facts: dict[str, Any], *, wheel: Path | None, deps: RuntimePlan | None
+    facts: dict[str, Any], *, manifest: dict[str, Any] | None, deps: RuntimePlan | None
 ) -> CheckResult:
     """torch is the CPU build the wheel was built against; no CUDA companions; drops named."""
-    manifest = read_manifest(wheel) if wheel else None
     wanted = ((manifest or {}).get("toolchain") or {}).get("torch")
     found = Findings()
     if facts["torch_cuda"]:
