@@ -171,3 +171,16 @@ def test_publish_then_install_command_run_installs_into_a_fresh_venv(
     )
     assert done.stdout.strip() == "42", done.stderr
     assert sys.executable not in out.splitlines()[-1]
+
+
+@pytest.mark.integration
+def test_verify_takes_the_wheel_pip_picks_from_an_index(
+    tmp_path: Path, make_wheel: Callable[..., Path], served: Callable[[Path], str]
+) -> None:
+    from toolchain.verify_env import wheel_from_index
+
+    make_wheel(tmp_path / "wheels", "vcbdemo", "1.0+cpu.portable")
+    publish_index(sorted((tmp_path / "wheels").glob("*.whl")), tmp_path / "site" / "index")
+    url = served(tmp_path / "site") + "index/portable/simple/"
+    wheel = wheel_from_index(url, "vcbdemo", tmp_path / "download", tmp_path / "log")
+    assert wheel.name == "vcbdemo-1.0+cpu.portable-py3-none-any.whl" and wheel.is_file()

@@ -83,7 +83,7 @@ def test_the_tier_vllm_picks_dying_by_sigill_fails_with_the_missing_feature(host
     assert result.status == FAIL
     assert "vLLM loads _C on this CPU and it cannot" in result.summary
     assert "this CPU lacks amx_bf16, amx_tile" in result.summary
-    assert "nox -s build-wheel -- --target portable" in result.fix
+    assert "nox -s build-wheel" in result.fix and "install-command" in result.fix
 
 
 def test_a_wheel_built_for_more_than_this_cpu_fails_before_loading(host: Host) -> None:

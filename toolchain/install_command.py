@@ -33,6 +33,9 @@ from toolchain.index_check import anchors
 from toolchain.runtime_deps import RuntimePlan, plan_requirements
 from toolchain.wheelfile import dist_info
 
+NO_VARIANT_HINT = (
+    "publish a wheel this CPU runs: build one with a lower --target (README: Targets)"
+)
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 
 
@@ -99,7 +102,7 @@ def runnable_indexes(
     if not found:
         raise PublishError(
             f"{index} has no variant this CPU runs with {project}: {sorted(variants)}",
-            hint="publish a portable build: nox -s build-wheel -- --target portable",
+            hint=NO_VARIANT_HINT,
         )
     return found
 
@@ -156,7 +159,7 @@ def choose(
     if not runnable:
         raise PublishError(
             f"no wheel on the index runs on this CPU (of {sorted(c.filename for c in wanted)})",
-            hint="publish a portable build: nox -s build-wheel -- --target portable",
+            hint=NO_VARIANT_HINT,
         )
     return max(runnable, key=lambda c: (Version(c.version.public), len(c.min_isa), c.filename))
 

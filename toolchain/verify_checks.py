@@ -15,7 +15,10 @@ from toolchain.report import gib
 from toolchain.shadowing import check_shadowing
 from toolchain.spawn_lint import Finding
 
-REBUILD = "build a wheel this CPU runs: nox -s build-wheel -- --target portable"
+REBUILD = (
+    "build on this machine (nox -s build-wheel picks the best target this CPU runs), or install "
+    "the variant for it (python -m toolchain install-command)"
+)
 
 
 def check_isa(
@@ -55,7 +58,7 @@ def check_isa(
             status=FAIL,
             details=details,
             summary=f"vLLM loads {tier} on this CPU and it cannot: {why}",
-            fix=f"{REBUILD} (or install the wheel built for this CPU's ISA level)",
+            fix=REBUILD,
         )
     broken = [load for load in loads if load.status == "error"]
     summary = f"vLLM picks {picked.library} here and it loads" + (f"; {others}" if others else "")
