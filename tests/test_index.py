@@ -184,3 +184,15 @@ def test_verify_takes_the_wheel_pip_picks_from_an_index(
     url = served(tmp_path / "site") + "index/portable/simple/"
     wheel = wheel_from_index(url, "vcbdemo", tmp_path / "download", tmp_path / "log")
     assert wheel.name == "vcbdemo-1.0+cpu.portable-py3-none-any.whl" and wheel.is_file()
+
+
+def test_wheels_this_python_cannot_install_are_not_chosen(
+    tmp_path: Path, make_wheel: Callable[..., Path]
+) -> None:
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "vcbdemo", "1.0+cpu.portable")
+    newer = make_wheel(tmp_path / "other", "vcbdemo", "2.0+cpu.portable")
+    newer.rename(wheels / "vcbdemo-2.0+cpu.portable-cp311-cp311-manylinux_2_28_s390x.whl")
+    publish_index(sorted(wheels.glob("*.whl")), tmp_path / "index")
+    plan = plan_install((tmp_path / "index").as_uri(), AVX512_HOST, project="vcbdemo")
+    assert plan.chosen.filename == "vcbdemo-1.0+cpu.portable-py3-none-any.whl"

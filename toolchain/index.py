@@ -57,10 +57,10 @@ class IndexedWheel:
         return hashlib.sha256(self.metadata).hexdigest()
 
 
-def target_min_isa(target: str) -> tuple[str, ...] | None:
+def target_min_isa(target: str, arch: str | None = None) -> tuple[str, ...] | None:
     """Features a CPU needs for a build target (a local version label's last part)."""
     for model in load_isa_models(default_recipes_dir() / ISA_MODELS_FILE).values():
-        if target in model.targets:
+        if target in model.targets and arch in (None, model.arch):
             return model.targets[target].min_isa
     return None
 

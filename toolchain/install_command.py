@@ -10,6 +10,7 @@ one release, the exact version this CPU runs is pinned, since pip would take the
 from __future__ import annotations
 
 import json
+import platform
 import shlex
 import sys
 import tempfile
@@ -23,9 +24,11 @@ from email.parser import Parser
 from pathlib import Path
 from typing import Any
 
+from packaging.tags import Tag, parse_tag, sys_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
+from toolchain import run
 from toolchain.errors import PublishError
 from toolchain.fetch import reachable
 from toolchain.index import target_min_isa
@@ -33,9 +36,8 @@ from toolchain.index_check import anchors
 from toolchain.runtime_deps import RuntimePlan, plan_requirements
 from toolchain.wheelfile import dist_info
 
-NO_VARIANT_HINT = (
-    "publish a wheel this CPU runs: build one with a lower --target (README: Targets)"
-)
+NO_VARIANT_HINT = "publish a wheel this CPU runs: build one with a lower --target (README: Targets)"
+TAGS_OF_PIP = "from pip._vendor.packaging.tags import sys_tags; print(*sys_tags())"
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 
 
@@ -108,7 +110,7 @@ def runnable_indexes(
 
 
 def candidates(
-    simple_url: str, project: str, min_isa: tuple[str, ...] | None = None
+    simple_url: str, project: str, min_isa: tuple[str, ...] | None = None, arch: str | None = None
 ) -> list[Candidate]:
     page_url = f"{simple_url.rstrip('/')}/{canonicalize_name(project)}/"
     body, kind = fetch(
@@ -138,12 +140,20 @@ def candidates(
                 url=url,
                 version=version,
                 variant=variant,
-                min_isa=min_isa if min_isa is not None else target_min_isa(variant) or (),
+                min_isa=min_isa if min_isa is not None else target_min_isa(variant, arch) or (),
                 simple_url=simple_url,
                 metadata_url=url + ".metadata" if has_metadata else None,
             )
         )
     return found
+
+
+def supported_tags(python: Path) -> frozenset[Tag]:
+    """The wheel tags `python` installs (asked of its pip's vendored packaging)."""
+    if Path(python) == Path(sys.executable):
+        return frozenset(sys_tags())
+    output = run.capture([python, "-c", TAGS_OF_PIP], timeout=120)
+    return frozenset(t for line in output.stdout.split() for t in parse_tag(line))
 
 
 def choose(
@@ -164,7 +174,7 @@ def choose(
     return max(runnable, key=lambda c: (Version(c.version.public), len(c.min_isa), c.filename))
 
 
-def requires_dist(candidate: Candidate) -> list[str]:
+def candidate_requirements(candidate: Candidate) -> list[str]:
     """The wheel's Requires-Dist: from its core metadata file (PEP 658), else from the wheel."""
     if candidate.metadata_url is not None:
         text = fetch(candidate.metadata_url)[0].decode()
@@ -187,14 +197,17 @@ def plan_install(
     public_index: str = "https://pypi.org/simple",
     torch_index: str = "",
     find_links: Sequence[Path] = (),
+    arch: str = platform.machine(),
 ) -> InstallPlan:
+    tags = supported_tags(python)
     found = [
         candidate
         for simple, min_isa in runnable_indexes(index, host_isa, project)
-        for candidate in candidates(simple, project, min_isa)
+        for candidate in candidates(simple, project, min_isa, arch)
+        if parse_wheel_filename(candidate.filename)[3] & tags
     ]
     chosen = choose(found, host_isa, version)
-    deps = plan_requirements(requires_dist(chosen))
+    deps = plan_requirements(candidate_requirements(chosen))
     pip = (str(python), "-m", "pip", "install")
     commands, notes = [], []
     if deps.install:
