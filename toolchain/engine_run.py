@@ -81,18 +81,8 @@ class Server:
     def __init__(
         self, argv: Sequence[str | Path], *, env: Mapping[str, str], cwd: Path, log: Path
     ) -> None:
-        resolved = [run.resolve(argv[0]), *(str(arg) for arg in argv[1:])]
-        run.announce(resolved, env)
         self.log = log
-        with log.open("w") as handle:
-            self.process = subprocess.Popen(
-                resolved,
-                stdout=handle,
-                stderr=subprocess.STDOUT,
-                env=dict(env),
-                cwd=cwd,
-                start_new_session=True,
-            )
+        self.process = run.start_logged(argv, log=log, env=env, cwd=cwd)
 
     def wait_ready(self, health_url: str, timeout: float) -> str:
         """'' once `health_url` answers 200; otherwise why it never did."""

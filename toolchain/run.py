@@ -126,6 +126,23 @@ def run_logged(
         )
 
 
+def start_logged(
+    argv: Sequence[str | Path], *, log: Path, env: Mapping[str, str], cwd: Path
+) -> subprocess.Popen[bytes]:
+    """Start a long-running program (a server) in its own process group, output to `log`."""
+    resolved = [resolve(argv[0]), *(str(arg) for arg in argv[1:])]
+    announce(resolved, env)
+    with log.open("w") as handle:
+        return subprocess.Popen(
+            resolved,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=True,
+        )
+
+
 def send_signal(pid: int, signum: int, *, group: bool = False) -> bool:
     """Signal a process (or its whole process group); False when nothing is left to signal."""
     try:
