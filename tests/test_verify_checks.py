@@ -313,3 +313,26 @@ def test_threads_say_when_the_kernels_did_not_load(host: Host, tmp_path: Path) -
     facts = _facts(tmp_path, kernels_error="killed by SIGILL", bundled_tcmalloc=["/x/libtc.so"])
     result = check_threads(host, facts, {})
     assert result.status == WARN and "without vLLM's kernels" in result.summary
+
+
+def test_two_runtimes_with_one_preloaded_is_upstreams_setup_and_only_warns(
+    host: Host, tmp_path: Path
+) -> None:
+    iomp = str(tmp_path / "venv/lib/libiomp5.so")
+    facts = _facts(
+        tmp_path,
+        openmp_runtimes=[iomp, "/site/torch/lib/libgomp.so.1"],
+        bundled_tcmalloc=["/x/libtcmalloc.so.4"],
+    )
+    result = check_threads(host, facts, {"LD_PRELOAD": iomp})
+    assert result.status == WARN
+    assert "the preloaded libiomp5.so answers every OpenMP call" in result.summary
+
+
+def test_the_preload_advice_names_intel_openmp_from_the_environment(
+    host: Host, tmp_path: Path
+) -> None:
+    iomp = str(tmp_path / "venv/lib/libiomp5.so")
+    result = check_threads(host, _facts(tmp_path, intel_openmp=[iomp]), {})
+    assert result.status == WARN and "no tcmalloc" in result.summary
+    assert f":{iomp}:$LD_PRELOAD" in result.fix and "libtcmalloc_minimal.so.4" in result.fix

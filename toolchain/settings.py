@@ -80,7 +80,7 @@ BUILD_SETTINGS = (
     Setting(
         name="index_url",
         default="https://pypi.org/simple",
-        help="package index the vLLM sdist is downloaded from (default: PyPI)",
+        help="public index: the vLLM sdist, install-command's requirements (default: PyPI)",
     ),
     Setting(
         name="allow_cuda_torch",

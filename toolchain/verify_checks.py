@@ -245,11 +245,18 @@ def check_threads(host: Host, facts: Mapping[str, Any], env: Mapping[str, str]) 
     found = Findings()
     affinity = facts["affinity"]
     runtimes = facts["openmp_runtimes"]
-    if len(runtimes) > 1:
+    preloaded = [r for r in runtimes if Path(r).name in env.get("LD_PRELOAD", "")]
+    if len(runtimes) > 1 and not preloaded:
         found.fail(
             f"{len(runtimes)} OpenMP runtimes in one process: {', '.join(runtimes)}",
-            "keep one: LD_PRELOAD only torch's libgomp (vLLM does so itself) and "
-            "remove the others from LD_PRELOAD",
+            "keep one: remove the extra runtime, or LD_PRELOAD the one to use (upstream: "
+            "Intel OpenMP's libiomp5.so; vLLM preloads torch's libgomp when none is)",
+        )
+    elif len(runtimes) > 1:
+        found.warn(
+            f"{len(runtimes)} OpenMP runtimes mapped; the preloaded {Path(preloaded[0]).name} "
+            "answers every OpenMP call (upstream's LD_PRELOAD setup)",
+            "nothing to do if intended; otherwise remove it from LD_PRELOAD",
         )
     if host.numa_nodes == 0:
         found.warn(
@@ -277,7 +284,7 @@ def check_threads(host: Host, facts: Mapping[str, Any], env: Mapping[str, str]) 
         )
     allocator = _tcmalloc_state(facts, env)
     if allocator.startswith("no tcmalloc"):
-        found.warn(allocator, _tcmalloc_fix(host.arch))
+        found.warn(allocator, _preload_advice(host.arch, facts.get("intel_openmp", [])))
     details = {
         "numa_nodes": host.numa_nodes,
         "affinity": affinity,
@@ -304,16 +311,15 @@ def _tcmalloc_state(facts: Mapping[str, Any], env: Mapping[str, str]) -> str:
     return "no tcmalloc: vLLM's CPU docs advise preloading it for speed and memory"
 
 
-def _tcmalloc_fix(arch: str) -> str:
+def _preload_advice(arch: str, intel_openmp: Sequence[str]) -> str:
+    """Upstream's advice (docs cpu.x86.inc.md): LD_PRELOAD TCMalloc and Intel OpenMP."""
     found = next(
         (p for p in Path("/usr/lib").glob("*/libtcmalloc_minimal.so.4") if arch in str(p)), None
     )
-    if found:
-        return f'export LD_PRELOAD="{found}:$LD_PRELOAD"'
-    return (
-        "apt-get install libtcmalloc-minimal4, then export "
-        f'LD_PRELOAD="/usr/lib/{arch}-linux-gnu/libtcmalloc_minimal.so.4:$LD_PRELOAD"'
-    )
+    tcmalloc = str(found or f"/usr/lib/{arch}-linux-gnu/libtcmalloc_minimal.so.4")
+    install = "" if found else "apt-get install libtcmalloc-minimal4, then "
+    preload = ":".join([tcmalloc, *intel_openmp[:1], "$LD_PRELOAD"])
+    return f'{install}export LD_PRELOAD="{preload}"'
 
 
 def _cpu_list(cpus: Sequence[int]) -> str:

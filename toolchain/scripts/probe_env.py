@@ -79,6 +79,7 @@ def main() -> int:
         "openmp_runtimes": _mapped_openmp(),
         "torch_threads": torch.get_num_threads(),
         "affinity": sorted(os.sched_getaffinity(0)),
+        "intel_openmp": sorted(str(p) for p in Path(sys.prefix, "lib").glob("libiomp5*.so")),
         "console_script": str(Path(sys.executable).with_name("vllm")),
         "console_script_exists": Path(sys.executable).with_name("vllm").is_file(),
     }
