@@ -20,7 +20,6 @@ import html
 import json
 import os
 import shutil
-import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ from toolchain.errors import PublishError
 from toolchain.fetch import sha256_file
 from toolchain.index_check import validate
 from toolchain.recipes import ISA_MODELS_FILE, default_recipes_dir, load_isa_models
-from toolchain.wheelfile import dist_info, read_manifest
+from toolchain.wheelfile import core_metadata, read_manifest
 
 API_VERSION = "1.1"
 FORMAT = "vcb-index-1"  # part of each generation's name: a new layout makes a new generation
@@ -83,8 +82,7 @@ def variant_of(wheel: Path) -> tuple[str, tuple[str, ...]]:
 
 def read_wheel(path: Path) -> IndexedWheel:
     name, version, _, _ = parse_wheel_filename(path.name)
-    with zipfile.ZipFile(path) as archive:
-        metadata = archive.read(f"{dist_info(archive.namelist())}/METADATA")
+    metadata = core_metadata(path)
     requires_python = next(
         (
             line.split(":", 1)[1].strip()

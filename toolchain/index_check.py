@@ -6,7 +6,6 @@ Every link must point at a file whose sha256 matches its fragment, every metadat
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from html.parser import HTMLParser
@@ -15,6 +14,8 @@ from typing import Any
 from urllib.parse import unquote, urldefrag
 
 from packaging.utils import canonicalize_name
+
+from toolchain.fetch import sha256_file
 
 API_META = re.compile(r'<meta name="pypi:repository-version" content="1\.\d+">')
 
@@ -39,10 +40,6 @@ def anchors(text: str) -> list[tuple[dict[str, str | None], str]]:
     parser = _Anchors()
     parser.feed(text)
     return parser.anchors
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def validate(root: Path) -> list[str]:
@@ -87,13 +84,13 @@ def _check_project(folder: Path) -> list[str]:
         if not fragment.startswith("sha256=") or not target.is_file():
             problems.append(f"{folder}: {text}: no file or no sha256 fragment at {url}")
             continue
-        if _sha256(target) != fragment.removeprefix("sha256="):
+        if sha256_file(target) != fragment.removeprefix("sha256="):
             problems.append(f"{folder}: {text}: sha256 fragment does not match the file")
         core = attrs.get("data-core-metadata") or ""
         metadata = target.with_name(target.name + ".metadata")
         if core != attrs.get("data-dist-info-metadata") or not metadata.is_file():
             problems.append(f"{folder}: {text}: core metadata missing or PEP 714 attrs disagree")
-        elif core != f"sha256={_sha256(metadata)}":
+        elif core != f"sha256={sha256_file(metadata)}":
             problems.append(f"{folder}: {text}: core-metadata hash does not match")
         from_html[text] = (url, fragment, attrs.get("data-requires-python"), core)
     from_json = {

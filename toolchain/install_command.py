@@ -17,10 +17,8 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from email.parser import Parser
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +32,7 @@ from toolchain.fetch import reachable
 from toolchain.index import target_min_isa
 from toolchain.index_check import anchors
 from toolchain.runtime_deps import RuntimePlan, plan_requirements
-from toolchain.wheelfile import dist_info
+from toolchain.wheelfile import metadata_requirements, requires_dist
 
 NO_VARIANT_HINT = "publish a wheel this CPU runs: build one with a lower --target (README: Targets)"
 TAGS_OF_PIP = "from pip._vendor.packaging.tags import sys_tags; print(*sys_tags())"
@@ -176,15 +174,12 @@ def choose(
 
 def candidate_requirements(candidate: Candidate) -> list[str]:
     """The wheel's Requires-Dist: from its core metadata file (PEP 658), else from the wheel."""
-    if candidate.metadata_url is not None:
-        text = fetch(candidate.metadata_url)[0].decode()
-    else:  # pypiserver serves no metadata files: read METADATA from the wheel itself
+    if candidate.metadata_url is None:  # pypiserver serves no metadata files: read the wheel
         with tempfile.TemporaryDirectory() as folder:
             wheel = Path(folder) / candidate.filename
             wheel.write_bytes(fetch(candidate.url)[0])
-            with zipfile.ZipFile(wheel) as archive:
-                text = archive.read(f"{dist_info(archive.namelist())}/METADATA").decode()
-    return Parser().parsestr(text).get_all("Requires-Dist") or []
+            return requires_dist(wheel)
+    return metadata_requirements(fetch(candidate.metadata_url)[0].decode())
 
 
 def plan_install(

@@ -108,7 +108,16 @@ def wheel_version(wheel: Path) -> str:
     return str(parse_wheel_filename(wheel.name)[1])
 
 
-def requires_dist(wheel: Path) -> list[str]:
+def core_metadata(wheel: Path) -> bytes:
+    """The wheel's METADATA file, as it is (what PEP 658 serves beside the wheel)."""
     with zipfile.ZipFile(wheel) as archive:
-        text = archive.read(f"{dist_info(archive.namelist())}/METADATA").decode()
-    return Parser().parsestr(text).get_all("Requires-Dist") or []
+        return archive.read(f"{dist_info(archive.namelist())}/METADATA")
+
+
+def metadata_requirements(metadata: str) -> list[str]:
+    """The Requires-Dist lines of a METADATA text."""
+    return Parser().parsestr(metadata).get_all("Requires-Dist") or []
+
+
+def requires_dist(wheel: Path) -> list[str]:
+    return metadata_requirements(core_metadata(wheel).decode())
