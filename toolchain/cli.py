@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -182,12 +181,10 @@ def cmd_check_shadowing(args: argparse.Namespace) -> int:
 
 def cmd_check_kernels(args: argparse.Namespace) -> int:
     host = detect_host()
-    scratch = Path(tempfile.mkdtemp(prefix="vcb-kernels-"))  # nothing here can shadow vllm
-    try:
+    with tempfile.TemporaryDirectory(prefix="vcb-kernels-") as empty:  # nothing can shadow vllm
+        scratch = Path(empty)
         folder = package_dir(args.python, scratch)
         results = load_kernels(args.python, folder, arch=host.arch, isa=host.isa, cwd=scratch)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     if not results:
         raise UsageError(f"{folder} holds no kernel libraries (_C*.so): not a CPU build of vLLM")
     for result in results:

@@ -118,15 +118,22 @@ def load_kernels(
     return results
 
 
+def find_package(python: Path, cwd: Path, env: Mapping[str, str] | None = None) -> str:
+    """Where `python`, run in `cwd`, imports vllm from ('' if nowhere), without importing it."""
+    output = run.capture([python, "-c", FIND_PACKAGE], timeout=60, cwd=cwd, env=env, check=False)
+    lines = output.stdout.strip().splitlines() if output.returncode == 0 else []
+    return lines[-1] if lines else ""
+
+
 def package_dir(python: Path, cwd: Path) -> Path:
-    """Where `python` imports vllm from, found without importing it."""
-    output = run.capture([python, "-c", FIND_PACKAGE], timeout=60, cwd=cwd, check=False)
-    if output.returncode != 0 or not output.stdout.strip():
+    """Where `python` imports vllm from; KernelCheckError when it finds none."""
+    found = find_package(python, cwd)
+    if not found:
         raise KernelCheckError(
             f"{python} cannot find a vllm package",
             hint="install the wheel into that environment first",
         )
-    return Path(output.stdout.strip().splitlines()[-1])
+    return Path(found)
 
 
 def describe(result: KernelLoad) -> str:

@@ -7,8 +7,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,7 +93,8 @@ def verify(options: VerifyOptions) -> Verification:
     prepare_env(state)
     started = time.monotonic()
     env = dict(os.environ)
-    with _clean_folder() as clean:
+    with tempfile.TemporaryDirectory(prefix="vcb-verify-") as folder:
+        clean = Path(folder)  # nothing in it can shadow vllm
         facts = probe(state.python, clean, env)
         manifest = read_manifest(state.wheel) if state.wheel else _installed_manifest(facts)
         state.record("install", lambda: check_install(facts, manifest=manifest, deps=state.deps))
@@ -215,12 +215,3 @@ def _tiny_model(state: Verification) -> Path:
             what="making the tiny model",
         )
     return model
-
-
-@contextmanager
-def _clean_folder() -> Iterator[Path]:
-    folder = Path(tempfile.mkdtemp(prefix="vcb-verify-"))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)

@@ -9,7 +9,7 @@ from typing import Any
 from toolchain import run
 from toolchain.checks import FAIL, PASS, SKIP, WARN, CheckResult, Findings
 from toolchain.host import Host
-from toolchain.kernels import FIND_PACKAGE, KernelLoad, describe, load_kernels, picked_tier
+from toolchain.kernels import KernelLoad, describe, find_package, load_kernels, picked_tier
 from toolchain.memflag import NodeMemory, Reservation
 from toolchain.report import gib
 from toolchain.shadowing import check_shadowing
@@ -96,8 +96,7 @@ def check_import(
     """Nothing in the user's folder shadows vllm; vLLM picks its CPU platform; names intact."""
     found = Findings()
     shadows = check_shadowing(project, env.get("PYTHONPATH", ""))
-    where = run.capture([python, "-c", FIND_PACKAGE], cwd=project, env=env, check=False)
-    location = where.stdout.strip().splitlines()[-1] if where.stdout.strip() else ""
+    location = find_package(python, project, env)
     if location != facts["vllm_package"]:
         found.fail(
             f"run from {project}, `import vllm` finds {location or 'nothing'} instead of "
