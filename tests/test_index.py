@@ -116,7 +116,7 @@ def test_the_validator_catches_a_tampered_file_and_disagreeing_pages(
 def test_install_command_picks_the_variant_this_cpu_runs(wheels: Path, tmp_path: Path) -> None:
     root = tmp_path / "index"
     publish_index(sorted(wheels.glob("*.whl")), root)
-    plan = plan_install(root.as_uri(), AVX512_HOST, project="vcbdemo", torch_index="")
+    plan = plan_install(root.as_uri(), AVX512_HOST, project="vcbdemo")
     assert plan.chosen.filename == "vcbdemo-1.0+cpu.avx512-py3-none-any.whl"
     assert plan.commands[-1][-4:] == (
         "--index-url",

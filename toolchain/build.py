@@ -24,7 +24,6 @@ from toolchain.fetch import (
     atomic_path,
     fetch_sdist,
     github_reachable,
-    reachable,
     sha256_file,
     tar_sha256,
     unpack_tar,
@@ -33,6 +32,7 @@ from toolchain.host import Host
 from toolchain.memory import GIB, MIB
 from toolchain.plan import BuildPlan
 from toolchain.provision import provision_gxx
+from toolchain.runtime_deps import PipSources
 from toolchain.tools import numa_header, tool_version
 from toolchain.wheelfile import rewrite_wheel, wheel_version
 
@@ -236,18 +236,17 @@ def create_venv(build: BuildRun) -> None:
 def install_requirements(build: BuildRun) -> None:
     plan, python = build.plan, _venv_python(build.plan)
     pip: list[str | Path] = [python, "-m", "pip", "install", "--disable-pip-version-check"]
-    torch_sources: list[str | Path] = [
-        arg for link in plan.torch["find_links"] for arg in ("--find-links", link)
-    ]
-    if reachable(plan.torch["index_url"]):
-        torch_sources += ["--extra-index-url", plan.torch["index_url"]]
-    else:
+    sources = PipSources(
+        find_links=tuple(Path(link) for link in plan.torch["find_links"]),
+        torch_index=plan.torch["index_url"],
+    )
+    if not sources.torch_index_reachable:
         print(
             f"  {plan.torch['index_url']} is unreachable: torch must come from --find-links "
             "or pip's own configuration"
         )
     run.run_logged(
-        [*pip, *torch_sources, plan.torch["requirement"]],
+        [*pip, *sources.args(), plan.torch["requirement"]],
         log=build.log,
         what=f"installing {plan.torch['requirement']}",
     )

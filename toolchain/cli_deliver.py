@@ -18,10 +18,10 @@ from toolchain.host import detect_host
 from toolchain.index import publish_index
 from toolchain.install_command import plan_install
 from toolchain.memflag import DEFAULT_UTILIZATION
+from toolchain.runtime_deps import PipSources
 from toolchain.settings import add_setting_flags, settings_named
 from toolchain.upload import upload
 from toolchain.verify import CHECK_NAMES, VerifyOptions, verify
-from toolchain.verify_env import PipSources
 
 VERIFY_FLAGS = settings_named("find_links", "torch_index", "work_dir", "wheel_dir")
 PUBLISH_FLAGS = settings_named("wheel_dir", "index_dir", "upload", "work_dir")
@@ -29,8 +29,12 @@ INSTALL_FLAGS = settings_named("index_dir", "index_url", "torch_index", "find_li
 PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
-def _paths(value: str | None) -> tuple[Path, ...]:
-    return tuple(Path(p) for p in (value or "").split(os.pathsep) if p)
+def pip_sources(values: dict[str, Any]) -> PipSources:
+    """--find-links folders and the torch index (default: PyTorch's CPU index) from settings."""
+    return PipSources(
+        find_links=tuple(Path(p) for p in (values["find_links"] or "").split(os.pathsep) if p),
+        torch_index=values["torch_index"] or PYTORCH_CPU_INDEX,
+    )
 
 
 def newest_wheel(wheel_dir: Path) -> Path:
@@ -66,10 +70,7 @@ def verify_options(args: argparse.Namespace) -> VerifyOptions:
         scripts=tuple(args.script or ()),
         utilization=args.gpu_memory_utilization,
         only=only,
-        sources=PipSources(
-            find_links=_paths(values["find_links"]),
-            torch_index=values["torch_index"] or PYTORCH_CPU_INDEX,
-        ),
+        sources=pip_sources(values),
     )
 
 
@@ -119,8 +120,7 @@ def cmd_install_command(args: argparse.Namespace) -> int:
         version=args.version,
         python=args.python,
         public_index=values["index_url"],
-        torch_index=values["torch_index"] or PYTORCH_CPU_INDEX,
-        find_links=_paths(values["find_links"]),
+        sources=pip_sources(values),
     )
     print(plan.render())
     if args.run:

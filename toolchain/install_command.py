@@ -28,14 +28,14 @@ from packaging.version import Version
 
 from toolchain import run
 from toolchain.errors import PublishError
-from toolchain.fetch import reachable
 from toolchain.index import target_min_isa
 from toolchain.index_check import anchors
-from toolchain.runtime_deps import RuntimePlan, plan_requirements
+from toolchain.runtime_deps import PipSources, RuntimePlan, plan_requirements
 from toolchain.wheelfile import metadata_requirements, requires_dist
 
 NO_VARIANT_HINT = "publish a wheel this CPU runs: build one with a lower --target (README: Targets)"
 TAGS_OF_PIP = "from pip._vendor.packaging.tags import sys_tags; print(*sys_tags())"
+NO_SOURCES = PipSources()  # pip's own configuration only
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 
 
@@ -190,8 +190,7 @@ def plan_install(
     version: str | None = None,
     python: Path = Path(sys.executable),
     public_index: str = "https://pypi.org/simple",
-    torch_index: str = "",
-    find_links: Sequence[Path] = (),
+    sources: PipSources = NO_SOURCES,
     arch: str = platform.machine(),
 ) -> InstallPlan:
     tags = supported_tags(python)
@@ -206,16 +205,14 @@ def plan_install(
     pip = (str(python), "-m", "pip", "install")
     commands, notes = [], []
     if deps.install:
-        sources = [arg for link in find_links for arg in ("--find-links", str(link))]
         torch = next((r for r in deps.install if r.startswith("torch==")), None)
-        if torch and torch_index and reachable(torch_index):
-            sources += ["--extra-index-url", torch_index]  # public: torch's +cpu builds
-        elif torch and not find_links:
+        if torch and not sources.torch_index_reachable and not sources.find_links:
             notes.append(
-                f"{torch} is not on PyPI and {torch_index or 'no PyTorch index'} is unreachable: "
-                "it must come from pip's own configuration (or give --find-links)"
+                f"{torch} is not on PyPI and {sources.torch_index or 'no PyTorch index'} is "
+                "unreachable: it must come from pip's own configuration (or give --find-links)"
             )
-        commands.append((*pip, "--index-url", public_index, *sources, *deps.install))
+        public = ("--index-url", public_index, *sources.args(torch=bool(torch)))
+        commands.append((*pip, *public, *deps.install))
     internal = ("--index-url", chosen.simple_url, "--no-deps", f"{project}=={chosen.version}")
     commands.append((*pip, *internal))
     return InstallPlan(chosen=chosen, deps=deps, commands=tuple(commands), notes=tuple(notes))

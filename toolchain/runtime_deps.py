@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,11 +11,32 @@ from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from toolchain.fetch import reachable
 from toolchain.wheelfile import read_manifest, requires_dist
 
 # PyPI's builds of these are CUDA builds on x86_64; beside a CPU torch they break
 # `from vllm import LLM` and transformers. Only CPU builds of them may be installed.
 CUDA_ON_PYPI = frozenset({"torchvision", "torchaudio", "torchcodec"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipSources:
+    """Where pip finds a `torch==X+cpu` pin: local wheel folders, and the PyTorch CPU index when
+    it answers (an unreachable index would only make pip retry)."""
+
+    find_links: tuple[Path, ...] = ()
+    torch_index: str = ""
+
+    @functools.cached_property
+    def torch_index_reachable(self) -> bool:
+        return bool(self.torch_index) and reachable(self.torch_index)
+
+    def args(self, *, torch: bool = True) -> list[str]:
+        """pip arguments: the folders, plus the torch index if `torch` is wanted and reachable."""
+        found = [arg for link in self.find_links for arg in ("--find-links", str(link))]
+        if torch and self.torch_index_reachable:
+            found += ["--extra-index-url", self.torch_index]
+        return found
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,7 @@ from toolchain.checks import FAIL, SKIP, CheckResult, worst
 from toolchain.errors import KernelCheckError, UsageError
 from toolchain.host import Host, detect_host
 from toolchain.memflag import DEFAULT_UTILIZATION, node_memory, reservation
-from toolchain.runtime_deps import RuntimePlan
+from toolchain.runtime_deps import PipSources, RuntimePlan
 from toolchain.spawn_lint import Finding, lint_script
 from toolchain.verify_checks import (
     check_import,
@@ -29,7 +29,7 @@ from toolchain.verify_checks import (
     run_kernel_loads,
 )
 from toolchain.verify_engine import SCRIPTS, Engine, run_generate, run_serve
-from toolchain.verify_env import PipSources, check_install, create_env, probe, wheel_from_index
+from toolchain.verify_env import check_install, create_env, probe, wheel_from_index
 from toolchain.wheelfile import MANIFEST_NAME, read_manifest
 
 CHECK_NAMES = ("install", "isa", "import", "threads", "generate", "memory", "spawn", "serve")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,23 +13,10 @@ from packaging.utils import parse_wheel_filename
 from toolchain import run
 from toolchain.checks import CheckResult, Findings
 from toolchain.errors import KernelCheckError, UsageError
-from toolchain.fetch import reachable
 from toolchain.kernels import SIGILL_CODES
-from toolchain.runtime_deps import RuntimePlan, runtime_requirements
+from toolchain.runtime_deps import PipSources, RuntimePlan, runtime_requirements
 
 PROBE = Path(__file__).parent / "scripts" / "probe_env.py"
-
-
-@dataclass(frozen=True, kw_only=True)
-class PipSources:
-    find_links: tuple[Path, ...] = ()
-    torch_index: str = ""
-
-    def args(self) -> list[str]:
-        found = [arg for link in self.find_links for arg in ("--find-links", str(link))]
-        if self.torch_index and reachable(self.torch_index):
-            found += ["--extra-index-url", self.torch_index]
-        return found
 
 
 def wheel_from_index(index_url: str, package: str, dest: Path, log: Path) -> Path:
