@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,29 +43,14 @@ def _fake_sdist(path: Path) -> Path:
     return _tar_gz(path, files)
 
 
-def _fake_torch_wheel(folder: Path) -> Path:
-    """A torch 2.13.0+cpu stand-in: what the build venv checks (version, not CUDA), nothing else."""
-    folder.mkdir(parents=True, exist_ok=True)
-    wheel = folder / "torch-2.13.0+cpu-py3-none-any.whl"
-    files = {
-        "torch/__init__.py": b"__version__ = '2.13.0+cpu'\n\nclass version:\n    cuda = None\n",
-        "torch-2.13.0+cpu.dist-info/METADATA": (
-            b"Metadata-Version: 2.1\nName: torch\nVersion: 2.13.0+cpu\n"
-        ),
-        "torch-2.13.0+cpu.dist-info/WHEEL": (
-            b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-        ),
-    }
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for name, data in files.items():
-            archive.writestr(name, data)
-        archive.writestr("torch-2.13.0+cpu.dist-info/RECORD", "")
-    return wheel
-
-
 @pytest.fixture
-def fake_release(tmp_path: Path) -> dict[str, Path]:
+def fake_release(tmp_path: Path, make_wheel: Callable[..., Path]) -> dict[str, Path]:
     """A recipe folder, a source mirror and a torch folder for a fake vLLM 0.1.0."""
+    # torch 2.13.0+cpu stand-in: what the build venv checks (version, not CUDA), nothing else
+    torch_init = b"__version__ = '2.13.0+cpu'\n\nclass version:\n    cuda = None\n"
+    torch = make_wheel(
+        tmp_path / "torch", "torch", "2.13.0+cpu", files={"torch/__init__.py": torch_init}
+    )
     mirror = tmp_path / "mirror"
     mirror.mkdir()
     sdist = _fake_sdist(mirror / "vllm-0.1.0.tar.gz")
@@ -115,7 +101,7 @@ reason = "proves patches reach the build"
     return {
         "recipes": recipes,
         "mirror": mirror,
-        "torch": _fake_torch_wheel(tmp_path / "torch").parent,
+        "torch": torch.parent,
         "work": tmp_path / "work",
         "wheels": tmp_path / "wheels",
     }
