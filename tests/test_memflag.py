@@ -38,8 +38,8 @@ def test_node_meminfo_decides_and_the_default_does_not_fit(tmp_path: Path) -> No
     assert memory.available_bytes == 14 * GIB
     result = reservation(memory)
     assert not result.fits and result.requested_bytes > 22 * GIB
-    assert result.recommended_utilization == 0.54  # (14 - 1) / 24, rounded down
-    assert result.recommended_kvcache_gib == 12
+    assert result.recommended_utilization == 0.50  # (14 - 2 GiB margin) / 24, rounded down
+    assert result.recommended_kvcache_gib == 11  # the 12 GiB spare less 1 for the weights
 
 
 def test_containers_without_numa_nodes_use_system_meminfo(tmp_path: Path) -> None:
@@ -61,7 +61,9 @@ def test_cgroup_limit_at_the_root_clamps_total_and_available(tmp_path: Path) -> 
     memory = node_memory(nodes=nodes, cgroup_root=root)
     assert (memory.total_bytes, memory.available_bytes) == (8 * GIB, 5 * GIB)
     assert not reservation(memory).fits
-    assert reservation(memory, 0.5).fits
+    half = reservation(memory, 0.5)
+    assert half.fits and not half.leaves_margin  # 4 GiB of 5 leaves less than the 2 GiB margin
+    assert reservation(memory, 0.3).leaves_margin
 
 
 def test_check_memory_command_says_when_the_default_would_not_start(
@@ -71,11 +73,23 @@ def test_check_memory_command_says_when_the_default_would_not_start(
     from toolchain.memflag import NodeMemory
 
     small = NodeMemory(
-        node=0, total_bytes=16 * GIB, available_bytes=10 * GIB, source="node meminfo"
+        node=0,
+        total_bytes=16 * GIB,
+        available_bytes=10 * GIB,
+        source="node meminfo",
+        system_total_bytes=32 * GIB,
+        system_available_bytes=30 * GIB,
     )
     monkeypatch.setattr(cli, "node_memory", lambda node: small)
     assert cli.main(["check-memory"]) == 1
     out = capsys.readouterr().out
-    assert "reserves 14.72 GiB of CPU memory: does NOT fit" in out
-    assert "--gpu-memory-utilization 0.56" in out
+    assert (
+        "NUMA node 0 (node meminfo): 16.00 GiB total, 10.00 GiB available "
+        "(/proc/meminfo: 32.00 GiB total, 30.00 GiB available)" in out
+    )
+    assert "reserves 14.72 GiB of CPU memory: does NOT fit: vLLM refuses to start" in out
+    assert "fits with 2.00 GiB to spare: --gpu-memory-utilization 0.50" in out  # (10 - 2) / 16
+    # 8.8 GiB of 10 would start now, but vLLM's own processes take most of the rest first
+    assert cli.main(["check-memory", "--utilization", "0.55"]) == 1
+    assert "leaves less than the 2.00 GiB" in capsys.readouterr().out
     assert cli.main(["check-memory", "--utilization", "0.5"]) == 0

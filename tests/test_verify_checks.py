@@ -209,24 +209,66 @@ NODE = NodeMemory(node=0, total_bytes=14 * GIB, available_bytes=8 * GIB, source=
 
 def test_a_memory_hungry_neighbour_fails_with_a_setting_that_fits() -> None:
     planned = reservation(NODE)
-    result = check_memory(NODE, planned, planned, {"started": True, "utilization": 0.5})
+    result = check_memory(NODE, planned, planned, [{"started": True, "utilization": 0.42}])
     assert result.status == FAIL
     assert "asks for 12.88 GiB" in result.summary and "vLLM refuses to start" in result.summary
-    assert "the engine started with --gpu-memory-utilization 0.5" in result.summary
-    assert result.fix.startswith("use --gpu-memory-utilization 0.50 (or VLLM_CPU_KVCACHE_SPACE=6)")
+    assert "the engine started with --gpu-memory-utilization 0.42" in result.summary
+    # (8 GiB available - 2 GiB margin) / 14 GiB; 6 GiB spare less 1 for the weights
+    assert result.fix.startswith("use --gpu-memory-utilization 0.42 (or VLLM_CPU_KVCACHE_SPACE=5)")
+
+
+def test_a_setting_that_leaves_less_than_the_margin_fails_up_front() -> None:
+    planned = reservation(NODE, 0.45)  # 6.3 GiB of 8 available: vLLM would start right now
+    assert planned.fits and not planned.leaves_margin
+    result = check_memory(
+        NODE, planned, reservation(NODE), [{"started": True, "utilization": 0.42}]
+    )
+    assert result.status == FAIL
+    assert "leaving 1.70 GiB: less than the 2.00 GiB that vLLM's own processes take" in (
+        result.summary
+    )
+    assert result.fix == (
+        "use --gpu-memory-utilization 0.42 (or VLLM_CPU_KVCACHE_SPACE=5), which leaves 2.00 GiB"
+    )
 
 
 def test_memory_passes_only_once_an_engine_started_with_it() -> None:
-    planned = reservation(NODE, 0.5)
+    planned = reservation(NODE, 0.4)
     assert check_memory(NODE, planned, reservation(NODE), None).status == SKIP
-    failed = check_memory(NODE, planned, reservation(NODE), {"started": False})
+    failed = check_memory(NODE, planned, reservation(NODE), [{"started": False}])
     assert failed.status == WARN and "not proven: the engine failed before" in failed.summary
-    refused = {"started": False, "memory_refused": True, "utilization": 0.5}
-    taken = check_memory(NODE, planned, reservation(NODE), refused)
-    assert taken.status == FAIL and "vLLM refused --gpu-memory-utilization 0.5" in taken.summary
-    assert taken.fix.startswith("try --gpu-memory-utilization 0.50")
-    proven = check_memory(NODE, planned, reservation(NODE), {"started": True, "utilization": 0.5})
+    refused = {"started": False, "memory_refused": True, "utilization": 0.4}
+    taken = check_memory(NODE, planned, reservation(NODE), [refused])
+    assert taken.status == FAIL and "vLLM refused --gpu-memory-utilization 0.4" in taken.summary
+    assert taken.fix == "free memory, or lower --gpu-memory-utilization below 0.4"
+    proven = check_memory(NODE, planned, reservation(NODE), [{"started": True, "utilization": 0.4}])
     assert proven.status == PASS
+
+
+def test_a_refused_setting_fails_with_the_retry_that_worked_and_both_numbers() -> None:
+    planned = reservation(NODE, 0.4)
+    refused = {
+        "started": False,
+        "memory_refused": True,
+        "utilization": 0.4,
+        "memory_seen": "5.20 of 14.00 GiB available at engine start, 5.60 GiB asked",
+    }
+    retried = check_memory(
+        NODE, planned, reservation(NODE), [refused, {"started": True, "utilization": 0.21}]
+    )
+    assert retried.status == FAIL
+    assert retried.summary.endswith(
+        "; vLLM refused --gpu-memory-utilization 0.4 (5.20 of 14.00 GiB available at engine "
+        "start, 5.60 GiB asked) at engine start; the engine started with "
+        "--gpu-memory-utilization 0.21"
+    )
+    assert retried.fix == "use --gpu-memory-utilization 0.21 (proven by an engine start)"
+    both = check_memory(
+        NODE, planned, reservation(NODE), [refused, {**refused, "utilization": 0.21}]
+    )
+    assert both.status == FAIL
+    assert "refused --gpu-memory-utilization 0.4 (5.20 of" in both.summary
+    assert "and the retry: vLLM refused --gpu-memory-utilization 0.21 (5.20 of" in both.summary
 
 
 def test_an_unguarded_script_fails_the_spawn_check() -> None:
@@ -243,7 +285,7 @@ def test_the_summary_counts_each_status_and_shows_fixes() -> None:
     results = [
         check_spawn([Finding(path="a.py", line=1, call="LLM(...)")], 1, None).timed(1.0),
         check_memory(
-            NODE, reservation(NODE, 0.5), reservation(NODE), {"started": True, "utilization": 0.5}
+            NODE, reservation(NODE, 0.4), reservation(NODE), [{"started": True, "utilization": 0.4}]
         ).timed(2.0),
     ]
     text = render(results, 3.2)

@@ -18,12 +18,12 @@ from toolchain.fetch import fill_mirror
 from toolchain.host import Host, detect_host
 from toolchain.isa import SUPPORTED_ARCHES
 from toolchain.kernels import describe, load_kernels, package_dir
-from toolchain.memflag import DEFAULT_UTILIZATION, node_memory, reservation
-from toolchain.memory import MIB
+from toolchain.memflag import DEFAULT_UTILIZATION, describe_node, node_memory, reservation
+from toolchain.memory import MIB, gib
 from toolchain.plan import BuildOptions, plan_build
 from toolchain.provision import provision_gxx, provisioned_gxx
 from toolchain.recipes import Recipe, default_recipes_dir, known_versions, load_recipe
-from toolchain.report import gib, render_host, render_plan
+from toolchain.report import render_host, render_plan
 from toolchain.settings import (
     BUILD_SETTINGS,
     add_setting_flags,
@@ -197,21 +197,27 @@ def cmd_check_kernels(args: argparse.Namespace) -> int:
 def cmd_check_memory(args: argparse.Namespace) -> int:
     memory = node_memory(args.node)
     result = reservation(memory, args.utilization)
-    print(
-        f"NUMA node {memory.node} ({memory.source}): total {gib(memory.total_bytes)}, "
-        f"available {gib(memory.available_bytes)}"
-    )
-    verdict = "fits" if result.fits else "does NOT fit: vLLM refuses to start"
+    print(describe_node(memory))
+    margin = gib(result.margin_bytes)
+    if result.leaves_margin:
+        verdict = f"fits, leaving at least {margin} for vLLM's own processes"
+    elif result.fits:
+        verdict = (
+            f"does NOT fit: it leaves less than the {margin} that vLLM's own processes take "
+            "before it checks, so it refuses at start-up"
+        )
+    else:
+        verdict = "does NOT fit: vLLM refuses to start"
     print(
         f"--gpu-memory-utilization {args.utilization} reserves "
         f"{gib(result.requested_bytes)} of CPU memory: {verdict}"
     )
     print(
-        f"fits with 1 GiB to spare: --gpu-memory-utilization "
+        f"fits with {margin} to spare: --gpu-memory-utilization "
         f"{result.recommended_utilization:.2f}, or VLLM_CPU_KVCACHE_SPACE="
         f"{result.recommended_kvcache_gib} (GiB of KV cache)"
     )
-    return 0 if result.fits else 1
+    return 0 if result.leaves_margin else 1
 
 
 def build_parser() -> argparse.ArgumentParser:

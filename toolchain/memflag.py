@@ -15,10 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain.cgroup import read_int
-from toolchain.memory import GIB, parse_meminfo
+from toolchain.memory import GIB, gib, parse_meminfo
 
 DEFAULT_UTILIZATION = 0.92
 V1_UNLIMITED = 1 << 62  # vLLM's own threshold for cgroup v1's "no limit"
+# What a setting must leave free when it is judged: vLLM compares at engine start, after its API,
+# engine-core and worker processes have imported torch, and verify's own venv, model and probes run
+# before that. Measured: 1.1 GiB gone between verify's check and vLLM's (docs/benchmarks.md).
+ENGINE_START_MARGIN = 2 * GIB
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,13 +31,18 @@ class NodeMemory:
     total_bytes: int
     available_bytes: int
     source: str  # "node meminfo" or "system meminfo (no NUMA node exposed)"
+    # /proc/meminfo's figures, so a user sees why a large machine gets a small node budget
+    system_total_bytes: int = 0
+    system_available_bytes: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
 class Reservation:
     utilization: float
     requested_bytes: int
-    fits: bool
+    fits: bool  # vLLM would start with what is available now
+    leaves_margin: bool  # ... and still would after `margin_bytes` more were taken
+    margin_bytes: int
     recommended_utilization: float
     recommended_kvcache_gib: int
 
@@ -67,6 +76,9 @@ def node_memory(
     cgroup_root: Path = Path("/sys/fs/cgroup"),
 ) -> NodeMemory:
     path = nodes / f"node{node}" / "meminfo"
+    system = parse_meminfo(meminfo.read_text())
+    system_total = system["MemTotal"]
+    system_available = system.get("MemAvailable", system["MemFree"])
     if path.is_file():
         info = _node_meminfo(path.read_text())
         total = info["MemTotal"]
@@ -75,20 +87,28 @@ def node_memory(
         )
         source = "node meminfo"
     else:
-        info = parse_meminfo(meminfo.read_text())
-        total, available = info["MemTotal"], info.get("MemAvailable", info["MemFree"])
+        total, available = system_total, system_available
         source = "system meminfo (no NUMA node exposed)"
     limit, usage = _cgroup_root(cgroup_root)
     if limit is not None and limit < total:
         total = limit
         available = max(0, min(available, limit - (usage or 0)))
-    return NodeMemory(node=node, total_bytes=total, available_bytes=available, source=source)
+    return NodeMemory(
+        node=node,
+        total_bytes=total,
+        available_bytes=available,
+        source=source,
+        system_total_bytes=system_total,
+        system_available_bytes=system_available,
+    )
 
 
 def reservation(
-    memory: NodeMemory, utilization: float = DEFAULT_UTILIZATION, margin_bytes: int = GIB
+    memory: NodeMemory,
+    utilization: float = DEFAULT_UTILIZATION,
+    margin_bytes: int = ENGINE_START_MARGIN,
 ) -> Reservation:
-    """Whether vLLM would start, and a setting that leaves `margin_bytes` free."""
+    """Whether vLLM would start, whether it leaves `margin_bytes`, and a setting that does."""
     requested = math.ceil(memory.total_bytes * utilization)
     spare = max(0, memory.available_bytes - margin_bytes)
     recommended = math.floor(spare / memory.total_bytes * 100) / 100 if memory.total_bytes else 0
@@ -96,6 +116,18 @@ def reservation(
         utilization=utilization,
         requested_bytes=requested,
         fits=requested <= memory.available_bytes,
+        leaves_margin=requested + margin_bytes <= memory.available_bytes,
+        margin_bytes=margin_bytes,
         recommended_utilization=min(utilization, recommended),
+        # the KV cache alone; a GiB of the spare is left for the weights and activations
         recommended_kvcache_gib=max(0, spare // GIB - 1),
+    )
+
+
+def describe_node(memory: NodeMemory) -> str:
+    """The node's budget beside /proc/meminfo's figures: why 23.5 GiB can mean 11.7 here."""
+    return (
+        f"NUMA node {memory.node} ({memory.source}): {gib(memory.total_bytes)} total, "
+        f"{gib(memory.available_bytes)} available (/proc/meminfo: "
+        f"{gib(memory.system_total_bytes)} total, {gib(memory.system_available_bytes)} available)"
     )

@@ -19,6 +19,10 @@ CGROUP_FILES = (
 V1_UNLIMITED = 1 << 60
 
 
+def gib(value: int | None) -> str:
+    return "none" if value is None else f"{value / GIB:.2f} GiB"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Memory:
     total_bytes: int

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from toolchain.host import Host
 from toolchain.isa import isa_table
-from toolchain.memory import GIB
+from toolchain.memory import gib
 from toolchain.plan import BuildPlan
 from toolchain.tools import Tool
 
@@ -15,10 +15,6 @@ SOURCE_WORDS = {
     "sysctl": "sysctl hw.optional.*",
     "py-cpuinfo": "py-cpuinfo",
 }
-
-
-def gib(value: int | None) -> str:
-    return "none" if value is None else f"{value / GIB:.2f} GiB"
 
 
 def render_host(host: Host) -> str:

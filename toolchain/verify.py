@@ -8,7 +8,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -169,7 +169,7 @@ def run_engines(
     memory = node_memory()
     planned = reservation(memory, options.utilization)
     default = reservation(memory, DEFAULT_UTILIZATION)
-    utilization = planned.utilization if planned.fits else planned.recommended_utilization
+    utilization = planned.utilization if planned.leaves_margin else planned.recommended_utilization
     engine_env = dict(env)
     if facts["platform"]["device_type"] != "cpu":
         engine_env["VLLM_TARGET_DEVICE"] = "cpu"  # so the rest can still be checked
@@ -182,9 +182,12 @@ def run_engines(
         logs=state.logs,
         use_console_script=console_works,
     )
-    generated = state.record("generate", lambda: run_generate(engine))
+    attempts: list[dict[str, Any]] = []
+    generated = state.record("generate", lambda: generate_with_retry(engine, attempts))
     proof = dict(generated.details) if generated else None
-    state.record("memory", lambda: check_memory(memory, planned, default, proof))
+    state.record(
+        "memory", lambda: check_memory(memory, planned, default, attempts if generated else None)
+    )
     findings = _lint(options.scripts)
     state.record("spawn", lambda: check_spawn(findings, len(options.scripts), proof))
     if generated is not None and generated.status == FAIL:
@@ -196,6 +199,36 @@ def run_engines(
         )
         return
     state.record("serve", lambda: run_serve(engine))
+
+
+def generate_with_retry(engine: Engine, attempts: list[dict[str, Any]]) -> CheckResult:
+    """generate; when vLLM refuses the memory setting, once more with a setting that fits now.
+
+    The memory check reports the refusal; the retry still proves generate, spawn and serve.
+    """
+    result = run_generate(engine)
+    attempts.append(dict(result.details))
+    if not result.details.get("memory_refused"):
+        return result
+    lower = reservation(node_memory(), engine.utilization).recommended_utilization
+    if not 0 < lower < engine.utilization:
+        return result
+    print(
+        f"    vLLM refused --gpu-memory-utilization {engine.utilization} "
+        f"({result.details.get('memory_seen') or 'see the log'}); retrying with {lower}",
+        flush=True,
+    )
+    refused_log = Path(result.details["log"]).with_name("generate-refused.log")
+    Path(result.details["log"]).replace(refused_log)
+    attempts[0]["log"] = str(refused_log)
+    retry = run_generate(replace(engine, utilization=lower))
+    attempts.append(dict(retry.details))
+    refused = f"vLLM refused --gpu-memory-utilization {engine.utilization}"
+    return replace(
+        retry,
+        summary=f"with --gpu-memory-utilization {lower} after {refused}: {retry.summary}",
+        details={**retry.details, "refused_first": attempts[0]},
+    )
 
 
 def _lint(scripts: tuple[Path, ...]) -> list[Finding]:

@@ -10,8 +10,8 @@ from toolchain import run
 from toolchain.checks import FAIL, PASS, SKIP, WARN, CheckResult, Findings
 from toolchain.host import Host
 from toolchain.kernels import KernelLoad, describe, find_package, load_kernels, picked_tier
-from toolchain.memflag import NodeMemory, Reservation
-from toolchain.report import gib
+from toolchain.memflag import NodeMemory, Reservation, describe_node
+from toolchain.memory import gib
 from toolchain.shadowing import check_shadowing
 from toolchain.spawn_lint import Finding
 
@@ -183,30 +183,38 @@ def check_spawn(
 
 
 def check_memory(
-    memory: NodeMemory, planned: Reservation, default: Reservation, proof: Mapping[str, Any] | None
+    memory: NodeMemory,
+    planned: Reservation,
+    default: Reservation,
+    attempts: Sequence[Mapping[str, Any]] | None,
 ) -> CheckResult:
-    """What the flag reserves, whether that fits, and the recommendation proven by a start."""
+    """What the flag reserves, whether that leaves the margin, and what an engine start proved.
+
+    `attempts` are generate's engine starts in order (the second a retry with a lower setting
+    after vLLM refused the first); None when generate did not run.
+    """
     advice = (
         f"--gpu-memory-utilization {planned.recommended_utilization:.2f} "
         f"(or VLLM_CPU_KVCACHE_SPACE={planned.recommended_kvcache_gib})"
     )
-    details = {
+    details: dict[str, Any] = {
         "node": memory.node,
         "source": memory.source,
         "total_bytes": memory.total_bytes,
         "available_bytes": memory.available_bytes,
+        "system_total_bytes": memory.system_total_bytes,
+        "system_available_bytes": memory.system_available_bytes,
         "requested_bytes": planned.requested_bytes,
         "utilization": planned.utilization,
+        "margin_bytes": planned.margin_bytes,
         "recommended": planned.recommended_utilization,
         "recommended_kvcache_gib": planned.recommended_kvcache_gib,
-        "default_fits": default.fits,
-        "proof": proof,
+        "default_fits": default.leaves_margin,
+        "attempts": list(attempts) if attempts is not None else None,
+        "proof": attempts[-1] if attempts else None,
     }
-    where = (
-        f"NUMA node {memory.node} ({memory.source}): {gib(memory.total_bytes)} total, "
-        f"{gib(memory.available_bytes)} available"
-    )
-    proof_words, status = _proof(proof)
+    where = describe_node(memory)
+    proof_words, status = _proof(attempts or [])
     if not planned.fits:
         return CheckResult(
             name="memory",
@@ -216,7 +224,27 @@ def check_memory(
             f"{gib(planned.requested_bytes)} on {where}: vLLM refuses to start{proof_words}",
             fix=f"use {advice}; the flag reserves CPU RAM despite its name",
         )
-    fixes = {PASS: "", SKIP: "", WARN: "see the generate check", FAIL: f"try {advice}"}
+    if not planned.leaves_margin:
+        spare = memory.available_bytes - planned.requested_bytes
+        return CheckResult(
+            name="memory",
+            status=FAIL,
+            details=details,
+            summary=f"--gpu-memory-utilization {planned.utilization} reserves "
+            f"{gib(planned.requested_bytes)} of {where}, leaving {gib(spare)}: less than the "
+            f"{gib(planned.margin_bytes)} that vLLM's own processes take before it checks, so it "
+            f"refuses at start-up{proof_words}",
+            fix=f"use {advice}, which leaves {gib(planned.margin_bytes)}",
+        )
+    worked = _worked(attempts or [])
+    fixes = {
+        PASS: "",
+        SKIP: "",
+        WARN: "see the generate check",
+        FAIL: f"use --gpu-memory-utilization {worked} (proven by an engine start)"
+        if worked
+        else f"free memory, or lower --gpu-memory-utilization below {planned.utilization}",
+    }
     return CheckResult(
         name="memory",
         status=status,
@@ -227,15 +255,30 @@ def check_memory(
     )
 
 
-def _proof(proof: Mapping[str, Any] | None) -> tuple[str, str]:
-    """(words, status) for what the engine start in generate proved about the setting."""
-    if proof is None:
+def _worked(attempts: Sequence[Mapping[str, Any]]) -> float | None:
+    return next((a.get("utilization") for a in attempts if a.get("started")), None)
+
+
+def _refusal(attempt: Mapping[str, Any]) -> str:
+    setting = f"--gpu-memory-utilization {attempt.get('utilization')}"
+    seen = attempt.get("memory_seen")
+    return f"vLLM refused {setting}" + (f" ({seen})" if seen else "")
+
+
+def _proof(attempts: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """(words, status) for what generate's engine starts proved about the setting."""
+    if not attempts:
         return "", SKIP
-    setting = f"--gpu-memory-utilization {proof.get('utilization')}"
-    if proof.get("started"):
-        return f"; the engine started with {setting}", PASS
-    if proof.get("memory_refused"):
-        return f"; vLLM refused {setting}: memory was taken meanwhile", FAIL
+    first, last = attempts[0], attempts[-1]
+    started = f"the engine started with --gpu-memory-utilization {last.get('utilization')}"
+    if len(attempts) > 1 and last.get("started"):
+        return f"; {_refusal(first)} at engine start; {started}", FAIL
+    if last.get("started"):
+        return f"; {started}", PASS
+    if len(attempts) > 1 and last.get("memory_refused"):
+        return f"; {_refusal(first)}, and the retry: {_refusal(last)}", FAIL
+    if last.get("memory_refused"):
+        return f"; {_refusal(last)}: memory was taken meanwhile", FAIL
     return "; not proven: the engine failed before it reserved memory", WARN
 
 

@@ -24,6 +24,10 @@ PROMPT_COUNTS = (1, 32)
 SERVE_KV_CACHE_BYTES = 1 << 30
 EXCEPTION = re.compile(r"\b[A-Z]\w*(Error|Exception): .+$")
 MEMORY_REFUSED = "Available memory on node"  # vLLM 0.32's refusal (cpu_worker.py)
+# "... on node 0 (10.36/11.71 GiB) on startup is less than desired ... (0.92, 10.78 GiB)"
+MEMORY_SEEN = re.compile(
+    r"Available memory on node \d+ \(([\d.]+)/([\d.]+) GiB\).*?\(([\d.]+), ([\d.]+) GiB\)"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +65,7 @@ def run_generate(engine: Engine) -> CheckResult:
         **report,
         "started": bool(started),
         "memory_refused": MEMORY_REFUSED in output.stdout + output.stderr,
+        "memory_seen": memory_seen(output.stdout + output.stderr),
         "utilization": engine.utilization,
         "log": str(log),
         "cleaned": place.removed,
@@ -84,6 +89,15 @@ def run_generate(engine: Engine) -> CheckResult:
         details=details,
         summary=f"engine up in {report['load_seconds']} s; {rates}",
     )
+
+
+def memory_seen(text: str) -> str:
+    """What vLLM saw when it refused a memory setting, in a few words, or ''."""
+    match = MEMORY_SEEN.search(text)
+    if match is None:
+        return ""
+    available, total, _, wanted = match.groups()
+    return f"{available} of {total} GiB available at engine start, {wanted} GiB asked"
 
 
 def _marked(stdout: str, mark: str) -> dict[str, Any]:
