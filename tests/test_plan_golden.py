@@ -1,0 +1,94 @@
+"""`plan --json` is pinned byte for byte: restructuring the code must not change a plan.
+
+The golden files were written by the code before the restructuring (issue #11); to accept an
+intended change, rerun with WRITE_GOLDEN_PLANS=1 and review the diff of tests/fixtures/plans/.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from toolchain.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+GOLDEN = FIXTURES / "plans"
+
+CASES = {
+    "zen4-0.32.0-provisioned-mirror": (
+        "x86-zen4",
+        "buildhost-24g",
+        {"g++": "12.2.0\n"},
+        ["--vllm", "0.32.0", "--sources", "/mirror"],
+    ),
+    "zen4-0.16.0-path-gxx-no-mirror": (
+        "x86-zen4",
+        "buildhost-24g",
+        {"g++": "12.2.0\n", "g++-13": "13.2.0\n"},
+        ["--vllm", "0.16.0"],
+    ),
+    "graviton3-0.32.0-cxx-source-dir": (
+        "arm-graviton3",
+        "buildhost-24g",
+        {"g++": "12.2.0\n"},
+        [
+            "--vllm",
+            "0.32.0",
+            "--cxx",
+            "/usr/bin/g++-14",
+            "--jobs",
+            "4",
+            "--source-dir",
+            "/src/vllm",
+            "--find-links",
+            "/wheels/a:/wheels/b",
+            "--torch-index",
+            "http://mirror.internal/torch/cpu",
+        ],
+    ),
+    "seed-vm-haswell-0.34.0": (
+        "x86-haswell",
+        "seed-6cpu-7.75g",
+        {"g++": "12.2.0\n", "g++-14": "14.2.0\n"},
+        ["--vllm", "0.34.0", "--sources", "/mirror", "--python", "3.12", "--reserve-mib", "256"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_plan_json_is_unchanged(
+    case: str, tmp_path: Path, fake_programs, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    cpuinfo, meminfo, compilers, argv = CASES[case]
+    for name, version in {**compilers, "ccache": "ccache version 4.7.5\n"}.items():
+        fake_programs.add(name, version)
+    for python in ("python3.11", "python3.12"):
+        fake_programs.add(python, "")
+    for variable in [v for v in os.environ if v.startswith("VCB_")] + ["CXX", "MAX_JOBS"]:
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.chdir(tmp_path)  # no ./pyproject.toml settings
+    code = main(
+        [
+            "plan",
+            "--json",
+            "--cpuinfo",
+            str(FIXTURES / "cpuinfo" / f"{cpuinfo}.txt"),
+            "--meminfo",
+            str(FIXTURES / "meminfo" / f"{meminfo}.txt"),
+            "--recipes",
+            str(ROOT / "recipes"),
+            "--work-dir",
+            str(tmp_path / "work"),
+            *argv,
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    text = out.replace(str(tmp_path), "<tmp>").replace(str(ROOT), "<repo>")
+    golden = GOLDEN / f"{case}.json"
+    if os.environ.get("WRITE_GOLDEN_PLANS"):
+        golden.write_text(text)
+    assert text == golden.read_text()
