@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from toolchain import run
+from toolchain.util import run
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CPUINFO = FIXTURES / "cpuinfo"
@@ -75,7 +75,7 @@ def fake_programs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[F
 @pytest.fixture
 def no_probe(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Behave as an install where the CPU probe was not compiled."""
-    from toolchain import probe
+    from toolchain.detect import probe
 
     monkeypatch.setattr(probe, "probe_path", lambda: tmp_path / "missing-cpuprobe")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from toolchain.api_check import exercise, prompt_counter, sse_events
+from toolchain.verify.openai_api import exercise, prompt_counter, sse_events
 
 METRICS = """# HELP vllm:prompt_tokens_total Number of prefill tokens processed.
 # TYPE vllm:prompt_tokens_total counter
@@ -58,7 +58,7 @@ def test_all_endpoints_and_a_matching_prompt_counter_pass() -> None:
 
 
 def test_a_counter_that_disagrees_with_the_usage_is_a_problem(monkeypatch) -> None:
-    monkeypatch.setattr("toolchain.api_check.time.sleep", lambda _: None)
+    monkeypatch.setattr("toolchain.verify.openai_api.time.sleep", lambda _: None)
     server = FakeServer(metrics=METRICS.replace(" 19.0", " 25.0"))
     report = exercise("http://127.0.0.1:8000", "m", server)
     assert report.problems == [
@@ -67,7 +67,7 @@ def test_a_counter_that_disagrees_with_the_usage_is_a_problem(monkeypatch) -> No
 
 
 def test_a_stream_without_usage_or_chunks_is_a_problem(monkeypatch) -> None:
-    monkeypatch.setattr("toolchain.api_check.time.sleep", lambda _: None)
+    monkeypatch.setattr("toolchain.verify.openai_api.time.sleep", lambda _: None)
     report = exercise("http://127.0.0.1:8000", "m", FakeServer(stream=_stream(1, None)))
     assert "streaming /v1/completions answered 200 with 1 text chunks and no usage event" in (
         report.problems

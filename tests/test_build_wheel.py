@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from toolchain.cli import main
-from toolchain.fetch import tar_sha256
+from toolchain.util.files import tar_sha256
 from toolchain.wheelfile import read_manifest, requires_dist
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from toolchain import host as host_module
-from toolchain import probe
 from toolchain.cli import main
+from toolchain.detect import host as host_module
+from toolchain.detect import probe
 
 REQUIRED_ISA_KEYS = {
     "avx2",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.engine_run import Server, free_port, http, scratch
+from toolchain.verify.server import Server, free_port, http, scratch
 
 
 def test_scratch_removes_what_was_added_to_shm_and_its_folder(tmp_path: Path) -> None:

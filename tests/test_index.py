@@ -17,9 +17,9 @@ import pytest
 
 from toolchain.cli import main
 from toolchain.errors import PublishError
-from toolchain.index import publish_index
-from toolchain.index_check import validate
-from toolchain.install_command import plan_install
+from toolchain.publish.index import publish_index
+from toolchain.publish.index_check import validate
+from toolchain.publish.install_command import plan_install
 
 AVX512_HOST = dict.fromkeys(["avx2", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq"], True)
 
@@ -76,7 +76,7 @@ def test_a_reader_never_sees_half_an_index(wheels: Path, tmp_path: Path, monkeyp
     def broken(*args: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr("toolchain.index._write_pair", broken)
+    monkeypatch.setattr("toolchain.publish.index._write_pair", broken)
     (wheels / "vcbdemo-0.9+cpu.portable-py3-none-any.whl").unlink()
     with pytest.raises(OSError, match="disk full"):
         publish_index(sorted(wheels.glob("*.whl")), root)
@@ -177,7 +177,7 @@ def test_publish_then_install_command_run_installs_into_a_fresh_venv(
 def test_verify_takes_the_wheel_pip_picks_from_an_index(
     tmp_path: Path, make_wheel: Callable[..., Path], served: Callable[[Path], str]
 ) -> None:
-    from toolchain.verify_env import wheel_from_index
+    from toolchain.verify.environment import wheel_from_index
 
     make_wheel(tmp_path / "wheels", "vcbdemo", "1.0+cpu.portable")
     publish_index(sorted((tmp_path / "wheels").glob("*.whl")), tmp_path / "site" / "index")

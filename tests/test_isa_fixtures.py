@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.isa import isa_table
-from toolchain.proc_cpuinfo import parse_cpuinfo
+from toolchain.detect.isa import isa_table
+from toolchain.detect.proc_cpuinfo import parse_cpuinfo
 
 CPUINFO = Path(__file__).parent / "fixtures" / "cpuinfo"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toolchain.kernels import describe, load_kernels
+from toolchain.verify.kernels import describe, load_kernels
 
 AVX512_HOST = {
     "avx2": True,

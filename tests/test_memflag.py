@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.memflag import node_memory, reservation
-from toolchain.memory import GIB
+from toolchain.util.units import GIB
+from toolchain.verify.memflag import node_memory, reservation
 
 KIB = 1024
 
@@ -70,7 +70,8 @@ def test_check_memory_command_says_when_the_default_would_not_start(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from toolchain import cli
-    from toolchain.memflag import NodeMemory
+    from toolchain.cli import verify as verify_commands
+    from toolchain.verify.memflag import NodeMemory
 
     small = NodeMemory(
         node=0,
@@ -80,7 +81,7 @@ def test_check_memory_command_says_when_the_default_would_not_start(
         system_total_bytes=32 * GIB,
         system_available_bytes=30 * GIB,
     )
-    monkeypatch.setattr(cli, "node_memory", lambda node: small)
+    monkeypatch.setattr(verify_commands, "node_memory", lambda node: small)
     assert cli.main(["check-memory"]) == 1
     out = capsys.readouterr().out
     assert (

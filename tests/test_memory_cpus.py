@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.cpus import cgroup_cpu_quota
-from toolchain.memory import GIB, Memory, cgroup_memory, parse_meminfo, read_memory
+from toolchain.detect.cpus import cgroup_cpu_quota
+from toolchain.detect.memory import Memory, cgroup_memory, parse_meminfo, read_memory
+from toolchain.util.units import GIB
 
 MEMINFO = Path(__file__).parent / "fixtures" / "meminfo"
 

@@ -11,11 +11,12 @@ import pytest
 from packaging.version import Version
 
 from toolchain.cli import main
+from toolchain.detect.host import Host, detect_host
+from toolchain.detect.memory import Memory
 from toolchain.errors import PlanError
-from toolchain.host import Host, detect_host
-from toolchain.memory import GIB, Memory
-from toolchain.plan import BuildOptions, plan_build
-from toolchain.recipes import load_recipe
+from toolchain.plan.planner import BuildOptions, plan_build
+from toolchain.plan.recipes import load_recipe
+from toolchain.util.units import GIB
 
 RECIPES = Path(__file__).parent.parent / "recipes"
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -156,15 +157,15 @@ def test_python_outside_the_recipe_range(host_of: Callable[..., Host]) -> None:
         plan(host_of("x86-zen4"), python="3.10")
     with pytest.raises(PlanError, match=r"python3\.13 is not on PATH"):
         plan(host_of("x86-zen4"), python="3.13")
-    assert plan(host_of("x86-zen4"), python="3.12").python["version"] == "3.12"
-    assert plan(host_of("x86-zen4")).python["version"] == "3.11"
+    assert plan(host_of("x86-zen4"), python="3.12").python.version == "3.12"
+    assert plan(host_of("x86-zen4")).python.version == "3.11"
 
 
 def test_old_gxx_is_replaced_by_a_provisioned_one(
     host_of: Callable[..., Host], fake_programs
 ) -> None:
     result = plan(host_of("x86-zen4"), work_dir=Path("/cache"))
-    assert result.compiler["origin"] == "provisioned"
+    assert result.compiler.origin == "provisioned"
     assert result.env["CXX"] == "/cache/toolchains/gcc-12.4.0-5-trixie/usr/bin/g++-12"
     assert [s.name for s in result.steps][:5] == [
         "fetch-source",
@@ -175,7 +176,7 @@ def test_old_gxx_is_replaced_by_a_provisioned_one(
     ]
     fake_programs.add("g++-13", "13.3.0\n")
     newer = plan(dataclasses.replace(host_of("x86-zen4")))
-    assert newer.compiler["origin"] == "PATH" and newer.env["CXX"].endswith("/g++-13")
+    assert newer.compiler.origin == "PATH" and newer.env["CXX"].endswith("/g++-13")
     assert newer.env["CC"].endswith("/gcc-13")
     assert "provision-toolchain" not in [s.name for s in newer.steps]
 
@@ -184,7 +185,7 @@ def test_mirror_points_cmake_at_local_sources(host_of: Callable[..., Host]) -> N
     result = plan(host_of("arm-graviton3"), sources=Path("/mirror"), work_dir=Path("/cache"))
     assert result.env["FETCHCONTENT_SOURCE_DIR_ONEDNN"].startswith("/cache/builds/")
     assert result.env["ACL_ROOT_DIR"].endswith("/deps/ComputeLibrary-52.6.0")
-    assert {d["mirror_file"] for d in result.third_party} == {
+    assert {str(d.mirror_file) for d in result.third_party} == {
         "/mirror/oneDNN-9c5be1cc59e368aebf0909e6cf20f981ea61462a.tar.gz",
         "/mirror/ComputeLibrary-52.6.0.tar.gz",
     }
@@ -196,7 +197,7 @@ def test_mirror_points_cmake_at_local_sources(host_of: Callable[..., Host]) -> N
 
 def test_recipe_patches_are_planned_for_sdists_only(host_of: Callable[..., Host]) -> None:
     result = plan(host_of("x86-zen4"))
-    assert [Path(p["file"]).name for p in result.patches] == [
+    assert [p.file.name for p in result.patches] == [
         "vllm-0.32-cpu-slot-mapping-fallback.patch"
     ]
     assert "apply-patches" in [s.name for s in result.steps]

@@ -11,7 +11,7 @@ import pytest
 from packaging.version import Version
 
 from toolchain.errors import DataFileError, UsageError
-from toolchain.recipes import default_recipes_dir, known_versions, load_isa_models, load_recipe
+from toolchain.plan.recipes import default_recipes_dir, known_versions, load_isa_models, load_recipe
 
 RECIPES = Path(__file__).parent.parent / "recipes"
 

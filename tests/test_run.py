@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from toolchain.errors import ProcessFailedError, ToolMissingError
-from toolchain.run import capture, resolve
+from toolchain.util.run import capture, resolve
 
 
 def test_missing_program_names_how_to_get_it(fake_programs) -> None:

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from toolchain.cli import main
-from toolchain.engine_run import free_port
+from toolchain.detect.host import detect_host
 from toolchain.errors import PublishError
-from toolchain.host import detect_host
-from toolchain.upload import upload
+from toolchain.publish.upload import upload
+from toolchain.verify.server import free_port
 
 pytestmark = pytest.mark.integration
 USER = "builder"

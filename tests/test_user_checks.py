@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from toolchain.cli import main
-from toolchain.shadowing import check_shadowing
-from toolchain.spawn_lint import lint_script
+from toolchain.verify.shadowing import check_shadowing
+from toolchain.verify.spawn_lint import lint_script
 
 
 def _script(tmp_path: Path, text: str) -> Path:

@@ -10,23 +10,23 @@ from typing import Any
 
 import pytest
 
-from toolchain.checks import FAIL, PASS, SKIP, WARN, render
 from toolchain.cli import main
+from toolchain.detect.host import Host, detect_host
 from toolchain.errors import KernelCheckError, UsageError
-from toolchain.host import Host, detect_host
-from toolchain.kernels import KernelLoad, picked_tier
-from toolchain.memflag import NodeMemory, reservation
-from toolchain.memory import GIB
 from toolchain.runtime_deps import RuntimePlan
-from toolchain.spawn_lint import Finding
-from toolchain.verify_checks import (
+from toolchain.util.units import GIB
+from toolchain.verify.environment import check_install, interpreter_for, probe
+from toolchain.verify.installed_checks import (
     check_import,
     check_isa,
     check_memory,
     check_spawn,
     check_threads,
 )
-from toolchain.verify_env import check_install, interpreter_for, probe
+from toolchain.verify.kernels import KernelLoad, picked_tier
+from toolchain.verify.memflag import NodeMemory, reservation
+from toolchain.verify.results import FAIL, PASS, SKIP, WARN, render
+from toolchain.verify.spawn_lint import Finding
 
 ZEN4 = ("avx2", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16")
 

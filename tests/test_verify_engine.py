@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from toolchain.checks import FAIL, PASS
-from toolchain.verify_engine import Engine, root_error, run_generate
+from toolchain.verify.engine_checks import Engine, root_error, run_generate
+from toolchain.verify.results import FAIL, PASS
 
 STARTED = {"vllm_version": "0.32.0+cpu", "load_seconds": 40.0, "start_method": "spawn"}
 RUNS = [

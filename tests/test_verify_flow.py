@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.checks import PASS, CheckResult
 from toolchain.cli import main
-from toolchain.host import detect_host
-from toolchain.memflag import NodeMemory
-from toolchain.memory import GIB
+from toolchain.detect.host import detect_host
+from toolchain.util.units import GIB
+from toolchain.verify.memflag import NodeMemory
+from toolchain.verify.results import PASS, CheckResult
 
 
 @pytest.fixture
 def zen4(cpuinfo_file, monkeypatch: pytest.MonkeyPatch) -> None:
     host = detect_host(cpuinfo_file=cpuinfo_file("x86-zen4"))
     monkeypatch.setattr(
-        "toolchain.verify.detect_host", lambda: replace(host, numa_nodes=1, cpu_quota=None)
+        "toolchain.verify.flow.detect_host", lambda: replace(host, numa_nodes=1, cpu_quota=None)
     )
 
 
@@ -152,7 +152,7 @@ def _engines(tmp_path: Path, fake_programs, monkeypatch, accepts: float) -> list
         served.append(engine)
         return CheckResult(name="serve", status=PASS, summary="served")
 
-    monkeypatch.setattr("toolchain.verify.run_serve", run_serve)
+    monkeypatch.setattr("toolchain.verify.flow.run_serve", run_serve)
     model = tmp_path / "model"
     model.mkdir()
     argv += ["--model", str(model), "--only", "generate,memory,spawn,serve"]
@@ -163,7 +163,7 @@ def test_a_refused_memory_setting_is_retried_so_generate_spawn_and_serve_are_pro
     tmp_path: Path, fake_programs, zen4, monkeypatch, capsys
 ) -> None:
     # 0.4 of 14 GiB leaves the margin when checked (8 GiB free), then a neighbour takes 2 GiB
-    monkeypatch.setattr("toolchain.verify.node_memory", _node_memory(8, 6))
+    monkeypatch.setattr("toolchain.verify.flow.node_memory", _node_memory(8, 6))
     argv, served = _engines(tmp_path, fake_programs, monkeypatch, accepts=0.3)
     assert main([*argv, "--gpu-memory-utilization", "0.4"]) == 1
     out = capsys.readouterr().out
@@ -203,7 +203,7 @@ def test_a_marginal_default_fails_up_front_and_the_engines_run_with_the_recommen
     tmp_path: Path, fake_programs, zen4, monkeypatch, capsys
 ) -> None:
     # the machine: 0.92 of the node would start now, with 0.2 GiB to spare
-    monkeypatch.setattr("toolchain.verify.node_memory", _node_memory(13.08))
+    monkeypatch.setattr("toolchain.verify.flow.node_memory", _node_memory(13.08))
     argv, served = _engines(tmp_path, fake_programs, monkeypatch, accepts=0.92)
     assert main(argv) == 1
     out = capsys.readouterr().out

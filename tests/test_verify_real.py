@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from toolchain.cli import main
-from toolchain.host import detect_host
-from toolchain.memflag import DEFAULT_UTILIZATION, node_memory
-from toolchain.memory import GIB
+from toolchain.detect.host import detect_host
+from toolchain.util.units import GIB
+from toolchain.verify.memflag import DEFAULT_UTILIZATION, node_memory
 from toolchain.wheelfile import replace_files
 
 pytestmark = pytest.mark.vllm

@@ -11,12 +11,15 @@ from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from toolchain.fetch import reachable
+from toolchain.util.net import reachable
 from toolchain.wheelfile import read_manifest, requires_dist
 
 # PyPI's builds of these are CUDA builds on x86_64; beside a CPU torch they break
 # `from vllm import LLM` and transformers. Only CPU builds of them may be installed.
 CUDA_ON_PYPI = frozenset({"torchvision", "torchaudio", "torchcodec"})
+
+
+PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
 @dataclass(frozen=True, kw_only=True)

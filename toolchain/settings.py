@@ -9,14 +9,17 @@ import argparse
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toolchain.errors import DataFileError, UsageError
+from toolchain.runtime_deps import PYTORCH_CPU_INDEX, PipSources
+from toolchain.util.units import MIB
 
 ENV_PREFIX = "VCB_"
 TOML_TABLE = "vllm-cpu-builder"
+PYPI_SIMPLE = "https://pypi.org/simple"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,7 +82,7 @@ BUILD_SETTINGS = (
     Setting(name="recipes", help="recipes folder (default: the ones shipped with the toolkit)"),
     Setting(
         name="index_url",
-        default="https://pypi.org/simple",
+        default=PYPI_SIMPLE,
         help="public index: the vLLM sdist, install-command's requirements (default: PyPI)",
     ),
     Setting(
@@ -178,3 +181,62 @@ def resolve_settings(
             )
         values[setting.name] = setting.default if value is None else value
     return values
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    """What plan and build-wheel take from the settings, typed."""
+
+    target: str | None = None
+    jobs: int | None = None
+    python: str | None = None
+    cxx: str | None = None
+    sources: Path | None = None
+    source_dir: Path | None = None
+    torch_index: str | None = None  # None: the recipe's
+    find_links: tuple[Path, ...] = ()
+    work_dir: Path = field(default_factory=lambda: Path(default_cache_dir()))
+    wheel_dir: Path = Path("wheels")
+    reserve_bytes: int = 512 * MIB
+    index_url: str = PYPI_SIMPLE
+    allow_cuda_torch: bool = False
+
+
+def _optional_path(value: str | None) -> Path | None:
+    return Path(value).expanduser() if value else None
+
+
+def find_links(values: Mapping[str, Any]) -> tuple[Path, ...]:
+    return tuple(Path(p) for p in (values["find_links"] or "").split(os.pathsep) if p)
+
+
+def work_dir(values: Mapping[str, Any]) -> Path:
+    return Path(values["work_dir"]).expanduser()
+
+
+def build_options(values: Mapping[str, Any]) -> BuildOptions:
+    """Resolved settings (see `resolve_settings`) as the plan's options."""
+    if values["jobs"] is not None and values["jobs"] < 1:
+        raise UsageError(f"--jobs must be at least 1, not {values['jobs']}")
+    return BuildOptions(
+        target=values["target"],
+        jobs=values["jobs"],
+        python=values["python"],
+        cxx=values["cxx"],
+        sources=_optional_path(values["sources"]),
+        source_dir=_optional_path(values["source_dir"]),
+        torch_index=values["torch_index"],
+        find_links=find_links(values),
+        work_dir=work_dir(values),
+        wheel_dir=Path(values["wheel_dir"]),
+        reserve_bytes=values["reserve_mib"] * MIB,
+        index_url=values["index_url"],
+        allow_cuda_torch=values["allow_cuda_torch"],
+    )
+
+
+def pip_sources(values: Mapping[str, Any]) -> PipSources:
+    """Where pip finds torch +cpu outside a build: --find-links, the PyTorch CPU index."""
+    return PipSources(
+        find_links=find_links(values), torch_index=values["torch_index"] or PYTORCH_CPU_INDEX
+    )

@@ -16,7 +16,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from toolchain.fetch import atomic_path
+from toolchain.util.files import atomic_path
 
 MANIFEST_NAME = "vllm_cpu_builder.json"
 

@@ -1,0 +1,86 @@
+"""Execute a BuildPlan: one registry maps each of the plan's steps to the code that runs it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolchain.build.compilation import CompileStats
+from toolchain.detect.host import Host
+from toolchain.errors import BuildError
+from toolchain.plan.buildplan import BuildPlan
+from toolchain.settings import BuildOptions
+from toolchain.util.report import reporter
+
+
+@dataclass
+class BuildFacts:
+    """What the steps learn while they run; the manifest reads them."""
+
+    cxx_version: str | None = None
+    torch: str | None = None
+    build_tools: dict[str, str | None] = field(default_factory=dict)
+    compile: CompileStats | None = None
+    built_wheel: Path | None = None
+    repaired_wheel: Path | None = None
+    dropped: list[str] = field(default_factory=list)
+    delivered: Path | None = None
+
+
+@dataclass
+class BuildRun:
+    plan: BuildPlan
+    host: Host
+    options: BuildOptions = field(default_factory=BuildOptions)
+    durations: dict[str, float] = field(default_factory=dict)
+    facts: BuildFacts = field(default_factory=BuildFacts)
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def log(self) -> Path:
+        return self.plan.paths.log
+
+    def compile_facts(self) -> dict[str, Any] | None:
+        stats = self.facts.compile
+        if stats is None:
+            return None
+        return {
+            "steps": stats.steps_total,
+            "peak_rss_bytes": stats.peak_rss_bytes,
+            "min_available_bytes": stats.min_available_bytes,
+            "pauses": stats.pauses,
+            "seconds": round(stats.seconds, 1),
+        }
+
+
+StepFunction = Callable[[BuildRun], None]
+
+
+def check_registry(plan: BuildPlan, registry: dict[str, StepFunction]) -> None:
+    """Every step the plan names has code; a misspelled step is an error, never a skip."""
+    unknown = [step.name for step in plan.steps if step.name not in registry]
+    if unknown:
+        raise BuildError(
+            f"the plan names steps this toolkit cannot run: {', '.join(unknown)}",
+            hint="a toolkit bug: report it with `plan --json`",
+        )
+
+
+def run_steps(build: BuildRun, registry: dict[str, StepFunction]) -> Path:
+    """Run every step of the plan, in order; returns the delivered wheel."""
+    plan = build.plan
+    check_registry(plan, registry)
+    plan.paths.build_dir.mkdir(parents=True, exist_ok=True)
+    reporter.line(f"building vLLM {plan.vllm_version} ({plan.wheel_version}); log: {build.log}")
+    for warning in plan.warnings:
+        reporter.warning(warning)
+    for step in plan.steps:
+        with reporter.step(step.name, step.summary) as elapsed:
+            registry[step.name](build)
+        build.durations[step.name] = elapsed.seconds
+    if build.facts.delivered is None:
+        raise BuildError("the plan ended without delivering a wheel")
+    return build.facts.delivered

@@ -1,0 +1,222 @@
+"""Sources: the vLLM sdist from a package index, third-party archives from a local mirror.
+
+Everything is checked against the recipe's sha256 before it is unpacked, and written under a
+temporary name in its final folder, then renamed, so no half-written file is ever picked up.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import tarfile
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import urldefrag, urljoin
+
+from toolchain.util import run
+from toolchain.util.report import reporter
+from toolchain.errors import SourceError
+from toolchain.util.files import CHUNK, atomic_path, sha256_file, tar_sha256
+from toolchain.plan.recipes import Recipe
+
+
+
+
+
+
+
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, str]] = []
+        self._href: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._href = dict(attrs).get("href")
+
+    def handle_data(self, data: str) -> None:
+        if self._href is not None:
+            self.links.append((data.strip(), self._href))
+            self._href = None
+
+
+def index_file_url(index_url: str, project: str, filename: str) -> tuple[str, str | None]:
+    """(download URL, sha256 the index states) of one file, from a PEP 691 or PEP 503 page."""
+    page = f"{index_url.rstrip('/')}/{project}/"
+    request = urllib.request.Request(
+        page, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            body, kind = response.read(), response.headers.get("Content-Type", "")
+    except OSError as exc:
+        raise SourceError(
+            f"cannot read the package index page {page}: {exc}",
+            hint="check --index-url, or put the sdist in the --sources mirror",
+        ) from exc
+    if "json" in kind:
+        for entry in json.loads(body)["files"]:
+            if entry["filename"] == filename:
+                return urljoin(page, entry["url"]), entry.get("hashes", {}).get("sha256")
+    else:
+        parser = _Links()
+        parser.feed(body.decode("utf-8", errors="replace"))
+        for text, href in parser.links:
+            url, fragment = urldefrag(urljoin(page, href))
+            if text == filename:
+                return url, fragment.removeprefix("sha256=") if fragment.startswith(
+                    "sha256="
+                ) else None
+    raise SourceError(
+        f"{filename} is not on the package index page {page}",
+        hint="check the recipe's sdist name, or use --source-dir",
+    )
+
+
+def download(url: str, final: Path, sha256: str) -> Path:
+    """Fetch `url` to `final` if its content has `sha256`; otherwise keep nothing."""
+    reporter.detail(f"downloading {url}")
+    with atomic_path(final) as temporary:
+        digest = hashlib.sha256()
+        try:
+            with urllib.request.urlopen(url, timeout=120) as response, temporary.open("wb") as out:
+                _copy_hashing(response, out, digest)
+        except OSError as exc:
+            raise SourceError(f"download of {url} failed: {exc}") from exc
+        if digest.hexdigest() != sha256:
+            raise SourceError(
+                f"{url} has sha256 {digest.hexdigest()}, the recipe expects {sha256}",
+                hint="the file changed upstream or was tampered with; nothing was kept",
+            )
+    return final
+
+
+def _copy_hashing(source: IO[bytes], out: IO[bytes], digest: Any) -> None:
+    while chunk := source.read(CHUNK):
+        digest.update(chunk)
+        out.write(chunk)
+
+
+def fetch_sdist(
+    *, sdist: str, sha256: str, cache: Path, index_url: str, mirror: Path | None
+) -> Path:
+    """The sdist from the cache, the mirror or the index, always checked against `sha256`."""
+    if cache.is_file() and sha256_file(cache) == sha256:
+        reporter.detail(f"{sdist}: cached at {cache}")
+        return cache
+    if mirror is not None and (mirror / sdist).is_file():
+        found = sha256_file(mirror / sdist)
+        if found != sha256:
+            raise SourceError(
+                f"{mirror / sdist} has sha256 {found}, the recipe expects {sha256}",
+                hint="replace it with the file from PyPI",
+            )
+        with atomic_path(cache) as temporary:
+            shutil.copyfile(mirror / sdist, temporary)
+        return cache
+    project = sdist.split("-")[0]
+    url, stated = index_file_url(index_url, project, sdist)
+    if stated is not None and stated != sha256:
+        raise SourceError(
+            f"the index states sha256 {stated} for {sdist}; the recipe expects {sha256}",
+            hint="use the recipe's index, or fix the recipe",
+        )
+    return download(url, cache, sha256)
+
+
+
+
+
+
+
+
+def github_archive_url(repository: str, ref: str) -> str:
+    return f"{repository.removesuffix('.git')}/archive/{ref}.tar.gz"
+
+
+def _git_archive(repo: Path, ref: str, prefix: str, final: Path, log: Path) -> None:
+    plain_tar = final.with_name(f".{final.name}.{os.getpid()}.tar")
+    try:
+        run.run_logged(
+            [
+                "git",
+                "-C",
+                repo,
+                "archive",
+                "--format=tar",
+                f"--prefix={prefix}/",
+                f"--output={plain_tar}",
+                ref,
+            ],
+            log=log,
+            what=f"git archive {ref}",
+        )
+        with (
+            atomic_path(final) as packed,
+            plain_tar.open("rb") as source,
+            gzip.open(packed, "wb", compresslevel=6) as target,
+        ):
+            shutil.copyfileobj(source, target, CHUNK)
+    finally:
+        plain_tar.unlink(missing_ok=True)
+
+
+def fill_mirror(
+    recipe: Recipe,
+    folder: Path,
+    *,
+    index_url: str,
+    arches: Sequence[str],
+    git_repos: Mapping[str, Path],
+) -> None:
+    """Put the sdist and every third-party archive in `folder`, each checked against the recipe."""
+    log = folder / "fetch-sources.log"
+    fetch_sdist(
+        sdist=recipe.sdist,
+        sha256=recipe.sha256,
+        cache=folder / recipe.sdist,
+        index_url=index_url,
+        mirror=None,
+    )
+    reporter.line(f"{recipe.sdist}: sha256 {recipe.sha256}")
+    deps = {dep.archive: dep for arch in arches for dep in recipe.third_party_for(arch)}
+    for dep in deps.values():
+        final = folder / dep.archive
+        if dep.name in git_repos:
+            _git_archive(
+                git_repos[dep.name], dep.ref, f"{dep.name}-{dep.ref.removeprefix('v')}", final, log
+            )
+        else:
+            url = github_archive_url(dep.repository, dep.ref)
+            reporter.detail(f"downloading {url}")
+            with atomic_path(final) as temporary:
+                try:
+                    urllib.request.urlretrieve(url, temporary)
+                except OSError as exc:
+                    raise SourceError(
+                        f"download of {url} failed: {exc}",
+                        hint=f"on a machine without GitHub, pass --git "
+                        f"{dep.name}=<a clone of {dep.repository}>",
+                    ) from exc
+        found = tar_sha256(final)
+        if dep.tar_sha256 is None:
+            reporter.line(f'{dep.archive}: not recorded in {recipe.path.name}; add: tar_sha256 = "{found}"')
+        elif found != dep.tar_sha256:
+            final.unlink()
+            raise SourceError(
+                f"{dep.name} {dep.ref} has tar sha256 {found}; the recipe expects "
+                f"{dep.tar_sha256}; nothing was kept"
+            )
+        else:
+            reporter.line(f"{dep.archive}: tar sha256 {found} matches the recipe")

@@ -1,0 +1,110 @@
+"""`plan`, `build-wheel`, `fetch-sources`, `provision-toolchain`: from recipe to wheel."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from toolchain.build.provision import provision_gxx
+from toolchain.build.runner import BuildRun
+from toolchain.build.sources import fill_mirror
+from toolchain.build.steps import build_wheel
+from toolchain.cli.common import (
+    add_host_options,
+    host_from_args,
+    print_json,
+    recipe_from_values,
+    settings_values,
+)
+from toolchain.detect.host import detect_host
+from toolchain.detect.tools import tool_version
+from toolchain.errors import UsageError
+from toolchain.plan.compiler import provisioned_gxx
+from toolchain.plan.planner import plan_build
+from toolchain.plan.render import render_plan
+from toolchain.settings import BUILD_SETTINGS, BuildOptions, add_setting_flags, build_options
+from toolchain.util.platform import SUPPORTED_ARCHES
+
+
+def options_from_args(args: argparse.Namespace) -> tuple[dict[str, Any], BuildOptions]:
+    """Settings from flags, VCB_* variables and ./pyproject.toml, as the plan's options."""
+    values = settings_values(args)
+    return values, build_options(values)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    values, options = options_from_args(args)
+    plan = plan_build(host_from_args(args), recipe_from_values(values), options)
+    if args.json:
+        print_json(plan.to_json())
+    else:
+        print(render_plan(plan))
+    return 0
+
+
+def cmd_build_wheel(args: argparse.Namespace) -> int:
+    values, options = options_from_args(args)
+    host = detect_host()
+    plan = plan_build(host, recipe_from_values(values), options)
+    build_wheel(BuildRun(plan=plan, host=host, options=options))
+    return 0
+
+
+def cmd_fetch_sources(args: argparse.Namespace) -> int:
+    values, options = options_from_args(args)
+    repos = dict(_name_path(item) for item in args.git or [])
+    fill_mirror(
+        recipe_from_values(values),
+        args.to,
+        index_url=options.index_url,
+        arches=SUPPORTED_ARCHES if args.arch == "all" else (args.arch,),
+        git_repos=repos,
+    )
+    return 0
+
+
+def _name_path(item: str) -> tuple[str, Path]:
+    name, sep, path = item.partition("=")
+    if not sep or not path:
+        raise UsageError(f"--git takes NAME=PATH (e.g. oneDNN=/src/oneDNN.git), not '{item}'")
+    return name, Path(path)
+
+
+def cmd_provision_toolchain(args: argparse.Namespace) -> int:
+    _, options = options_from_args(args)
+    host = detect_host()
+    host.require_supported()
+    log = options.work_dir / "provision.log"
+    prefix = provision_gxx(options.work_dir, host.arch, log=log)
+    cc, cxx = provisioned_gxx(prefix)
+    print(f"g++ {tool_version(cxx)} ready: CC={cc} CXX={cxx} (log: {log})")
+    return 0
+
+
+def configure_parser(commands: Any) -> None:
+    plan = commands.add_parser("plan", help="print what a build would do, decided up front")
+    add_host_options(plan)
+    add_setting_flags(plan, BUILD_SETTINGS)
+    plan.set_defaults(handler=cmd_plan)
+    build = commands.add_parser("build-wheel", help="compile a vLLM CPU wheel into wheels/")
+    add_setting_flags(build, BUILD_SETTINGS)
+    build.set_defaults(handler=cmd_build_wheel)
+    fetch = commands.add_parser(
+        "fetch-sources", help="fill a source mirror for air-gapped builds (needs network)"
+    )
+    add_setting_flags(fetch, BUILD_SETTINGS)
+    fetch.add_argument("--to", type=Path, required=True, help="the mirror folder to fill")
+    fetch.add_argument("--arch", choices=[*SUPPORTED_ARCHES, "all"], default="all")
+    fetch.add_argument(
+        "--git",
+        action="append",
+        metavar="NAME=PATH",
+        help="make NAME's archive from a local git repository instead of GitHub",
+    )
+    fetch.set_defaults(handler=cmd_fetch_sources)
+    provision = commands.add_parser(
+        "provision-toolchain", help="unpack a new enough g++ into a private prefix"
+    )
+    add_setting_flags(provision, BUILD_SETTINGS)
+    provision.set_defaults(handler=cmd_provision_toolchain)

@@ -1,0 +1,67 @@
+"""What every command of the command line shares: the parser, settings, JSON output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from toolchain.detect.host import Host, detect_host
+from toolchain.errors import UsageError
+from toolchain.plan.recipes import Recipe, default_recipes_dir, known_versions, load_recipe
+from toolchain.settings import ALL_SETTINGS, read_toml_settings, resolve_settings
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse would print usage and exit 2 itself
+        raise UsageError(message, hint=f"see: python -m toolchain {self.prog.split()[-1]} --help")
+
+
+def existing_file(value: str) -> Path:
+    path = Path(value)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{value}: no such file")
+    return path
+
+
+def print_json(data: object) -> None:
+    json.dump(data, sys.stdout, indent=2, sort_keys=True)
+    sys.stdout.write("\n")
+
+
+def settings_values(args: argparse.Namespace) -> dict[str, Any]:
+    """Every setting: flags, then VCB_* variables, then ./pyproject.toml, then defaults."""
+    return resolve_settings(
+        ALL_SETTINGS, vars(args), os.environ, read_toml_settings(Path("pyproject.toml"))
+    )
+
+
+def add_host_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cpuinfo",
+        type=existing_file,
+        metavar="FILE",
+        help="describe the machine of this saved /proc/cpuinfo instead of this one",
+    )
+    parser.add_argument(
+        "--meminfo",
+        type=existing_file,
+        metavar="FILE",
+        help="use this saved /proc/meminfo instead of this machine's",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def host_from_args(args: argparse.Namespace) -> Host:
+    return detect_host(cpuinfo_file=args.cpuinfo, meminfo_file=args.meminfo)
+
+
+def recipe_from_values(values: dict[str, Any]) -> Recipe:
+    recipes_dir = Path(values["recipes"]) if values["recipes"] else default_recipes_dir()
+    versions = known_versions(recipes_dir)
+    if not versions:
+        raise UsageError(f"no recipes in {recipes_dir}", hint="point --recipes at a recipes folder")
+    return load_recipe(recipes_dir, values["vllm"] or versions[-1])

@@ -1,0 +1,84 @@
+"""`publish` and `install-command`: the wheels to an index, and from it onto a machine."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from toolchain.cli.common import settings_values
+from toolchain.detect.host import detect_host
+from toolchain.errors import UsageError
+from toolchain.publish.index import publish_index
+from toolchain.publish.install_command import plan_install
+from toolchain.publish.upload import upload
+from toolchain.settings import add_setting_flags, pip_sources, settings_named, work_dir
+from toolchain.util import run
+
+PUBLISH_FLAGS = settings_named("wheel_dir", "index_dir", "upload", "work_dir")
+INSTALL_FLAGS = settings_named("index_dir", "index_url", "torch_index", "find_links", "work_dir")
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    values = settings_values(args)
+    wheels = sorted(Path(values["wheel_dir"]).glob("*.whl"))
+    published = publish_index(wheels, Path(values["index_dir"]))
+    for variant in sorted({w.variant for w in published.wheels}):
+        names = [w.path.name for w in published.wheels if w.variant == variant]
+        print(f"{variant}/simple/: {', '.join(names)}")
+    state = "written" if published.changed else "unchanged (same wheels)"
+    print(f"index {published.root} -> {published.generation.name}: {state}")
+    if values["upload"]:
+        log = work_dir(values) / "upload.log"
+        report = upload(wheels, values["upload"], log)
+        print(f"uploaded to {values['upload']}: {', '.join(report.uploaded) or 'nothing new'}")
+        if report.skipped:
+            print(f"already there, identical: {', '.join(report.skipped)}")
+    return 0
+
+
+def cmd_install_command(args: argparse.Namespace) -> int:
+    values = settings_values(args)
+    index_dir = Path(values["index_dir"])
+    if not args.index and not index_dir.exists():
+        raise UsageError(
+            f"no index at {index_dir}", hint="publish one (nox -s publish) or give --index URL"
+        )
+    index = args.index or index_dir.absolute().as_uri()
+    plan = plan_install(
+        index,
+        detect_host().isa,
+        project=args.package,
+        version=args.version,
+        python=args.python,
+        public_index=values["index_url"],
+        sources=pip_sources(values),
+    )
+    print(plan.render())
+    if args.run:
+        log = work_dir(values) / "install.log"
+        for command in plan.commands:
+            run.run_logged(list(command), log=log, what="pip install")
+        print(f"installed {plan.chosen.filename} (log: {log})")
+    return 0
+
+
+def configure_parser(commands: Any) -> None:
+    publish = commands.add_parser(
+        "publish", help="write the per-variant static index; with --upload, send to a server"
+    )
+    add_setting_flags(publish, PUBLISH_FLAGS)
+    publish.set_defaults(handler=cmd_publish)
+    install = commands.add_parser(
+        "install-command", help="print (or --run) the pip commands that install the right wheel"
+    )
+    install.add_argument("--index", metavar="URL", help="the internal index (default: --index-dir)")
+    install.add_argument("--package", default="vllm")
+    install.add_argument("--version", help="a release (0.32.0) or exact version (default: newest)")
+    install.add_argument(
+        "--python", type=Path, default=Path(sys.executable), help="the Python to install into"
+    )
+    install.add_argument("--run", action="store_true", help="run the commands too")
+    add_setting_flags(install, INSTALL_FLAGS)
+    install.set_defaults(handler=cmd_install_command)

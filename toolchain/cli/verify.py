@@ -1,0 +1,216 @@
+"""`verify`, and each of its checks alone: `check-kernels`, `check-shadowing`, `lint-script`,
+`check-memory`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from toolchain.cli.common import existing_file, print_json, settings_values
+from toolchain.detect.host import detect_host
+from toolchain.errors import UsageError
+from toolchain.settings import add_setting_flags, pip_sources, settings_named, work_dir
+from toolchain.util.files import atomic_path
+from toolchain.util.units import gib
+from toolchain.verify.flow import CHECK_NAMES, VerifyOptions, verify
+from toolchain.verify.kernels import describe, load_kernels, package_dir
+from toolchain.verify.memflag import DEFAULT_UTILIZATION, describe_node, node_memory, reservation
+from toolchain.verify.results import FAIL, render, worst
+from toolchain.verify.shadowing import check_shadowing
+from toolchain.verify.spawn_lint import lint_script
+
+VERIFY_FLAGS = settings_named("find_links", "torch_index", "work_dir", "wheel_dir")
+
+
+def cmd_lint_script(args: argparse.Namespace) -> int:
+    findings = []
+    for path in args.files:
+        try:
+            findings += lint_script(path)
+        except (OSError, SyntaxError) as exc:
+            raise UsageError(f"cannot read {path} as Python: {exc}") from exc
+    for finding in findings:
+        print(finding)
+    if not findings:
+        print(f"ok: no engine starts at import time in {len(args.files)} file(s)")
+    return 1 if findings else 0
+
+
+def cmd_check_shadowing(args: argparse.Namespace) -> int:
+    problems = check_shadowing(args.folder)
+    for problem in problems:
+        print(
+            f"{problem}: Python run from {args.folder} imports it instead of the installed "
+            "vLLM (\"cannot import name 'LLM' from 'vllm' (unknown location)\"); run from "
+            "another folder or rename it"
+        )
+    if not problems:
+        print(f"ok: nothing in {args.folder} or on PYTHONPATH shadows the vllm package")
+    return 1 if problems else 0
+
+
+def cmd_check_kernels(args: argparse.Namespace) -> int:
+    host = detect_host()
+    with tempfile.TemporaryDirectory(prefix="vcb-kernels-") as empty:  # nothing can shadow vllm
+        scratch = Path(empty)
+        folder = package_dir(args.python, scratch)
+        results = load_kernels(args.python, folder, arch=host.arch, isa=host.isa, cwd=scratch)
+    if not results:
+        raise UsageError(f"{folder} holds no kernel libraries (_C*.so): not a CPU build of vLLM")
+    for result in results:
+        print(describe(result))
+    loaded = [r for r in results if r.status == "ok"]
+    broken = [r for r in results if r.status == "error"]
+    return 0 if loaded and not broken else 1
+
+
+def cmd_check_memory(args: argparse.Namespace) -> int:
+    memory = node_memory(args.node)
+    result = reservation(memory, args.utilization)
+    print(describe_node(memory))
+    margin = gib(result.margin_bytes)
+    if result.leaves_margin:
+        verdict = f"fits, leaving at least {margin} for vLLM's own processes"
+    elif result.fits:
+        verdict = (
+            f"does NOT fit: it leaves less than the {margin} that vLLM's own processes take "
+            "before it checks, so it refuses at start-up"
+        )
+    else:
+        verdict = "does NOT fit: vLLM refuses to start"
+    print(
+        f"--gpu-memory-utilization {args.utilization} reserves "
+        f"{gib(result.requested_bytes)} of CPU memory: {verdict}"
+    )
+    print(
+        f"fits with {margin} to spare: --gpu-memory-utilization "
+        f"{result.recommended_utilization:.2f}, or VLLM_CPU_KVCACHE_SPACE="
+        f"{result.recommended_kvcache_gib} (GiB of KV cache)"
+    )
+    return 0 if result.leaves_margin else 1
+
+
+def newest_wheel(wheel_dir: Path) -> Path:
+    wheels = sorted(wheel_dir.glob("*.whl"), key=lambda p: p.stat().st_mtime)
+    if not wheels:
+        raise UsageError(
+            f"no wheel in {wheel_dir}/",
+            hint="give a wheel file, --index URL, or build one: nox -s build-wheel",
+        )
+    return wheels[-1]
+
+
+def verify_options(args: argparse.Namespace) -> VerifyOptions:
+    values = settings_values(args)
+    chosen = [x for x in (args.wheel, args.index, args.python) if x]
+    if len(chosen) > 1:
+        raise UsageError("give one of WHEEL, --index and --python")
+    wheel = args.wheel if chosen else newest_wheel(Path(values["wheel_dir"]))
+    only = tuple(args.only.split(",")) if args.only else CHECK_NAMES
+    unknown = sorted(set(only) - set(CHECK_NAMES))
+    if unknown:
+        raise UsageError(f"unknown checks {unknown}; known: {', '.join(CHECK_NAMES)}")
+    if wheel is not None and not wheel.is_file():
+        raise UsageError(f"{wheel}: no such wheel")
+    return VerifyOptions(
+        work_dir=work_dir(values),
+        project=args.project.resolve(),
+        wheel=wheel,
+        index_url=args.index,
+        package=args.package,
+        python=args.python,
+        model=args.model,
+        scripts=tuple(args.script or ()),
+        utilization=args.gpu_memory_utilization,
+        only=only,
+        sources=pip_sources(values),
+    )
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    state = verify(verify_options(args))
+    report = state.logs / "report.json"
+    with atomic_path(report) as temporary:
+        temporary.write_text(json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n")
+    if args.json:
+        print_json(state.to_json())
+    else:
+        print(render(state.results, state.checks_seconds))
+        print(f"report: {report}")
+    return 1 if worst(state.results) == FAIL else 0
+
+
+def _add_verify(commands: Any) -> None:
+    verify_cmd = commands.add_parser(
+        "verify", help="install a wheel in a fresh venv and prove it works on this machine"
+    )
+    verify_cmd.add_argument(
+        "wheel", nargs="?", type=Path, help="the wheel (default: the newest in wheels/)"
+    )
+    verify_cmd.add_argument("--index", metavar="URL", help="install from this package index")
+    verify_cmd.add_argument("--package", default="vllm", help="distribution to take from --index")
+    verify_cmd.add_argument(
+        "--python", type=Path, help="check this existing environment's Python; install nothing"
+    )
+    verify_cmd.add_argument(
+        "--model", type=Path, help="a local model folder (default: a generated tiny model)"
+    )
+    verify_cmd.add_argument(
+        "--script",
+        action="append",
+        type=existing_file,
+        metavar="FILE",
+        help="a script of yours to check for a __main__ guard (repeatable)",
+    )
+    verify_cmd.add_argument(
+        "--project",
+        type=Path,
+        default=Path.cwd(),
+        help="the folder you run vLLM from, checked for shadowing (default: this one)",
+    )
+    verify_cmd.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=DEFAULT_UTILIZATION,
+        help=f"the value you will run with (default: vLLM's {DEFAULT_UTILIZATION})",
+    )
+    verify_cmd.add_argument(
+        "--only", metavar="CHECKS", help=f"comma-separated: {','.join(CHECK_NAMES)}"
+    )
+    verify_cmd.add_argument("--json", action="store_true", help="print one JSON report")
+    add_setting_flags(verify_cmd, VERIFY_FLAGS)
+    verify_cmd.set_defaults(handler=cmd_verify)
+
+
+def configure_parser(commands: Any) -> None:
+    _add_verify(commands)
+    lint = commands.add_parser(
+        "lint-script", help="find scripts that start an engine outside a __main__ guard"
+    )
+    lint.add_argument("files", nargs="+", type=Path)
+    lint.set_defaults(handler=cmd_lint_script)
+    shadow = commands.add_parser(
+        "check-shadowing", help="find a vllm folder or module that hides the installed one"
+    )
+    shadow.add_argument("folder", nargs="?", type=Path, default=Path.cwd())
+    shadow.set_defaults(handler=cmd_check_shadowing)
+    kernels = commands.add_parser(
+        "check-kernels", help="load every vLLM kernel library, each in its own process"
+    )
+    kernels.add_argument(
+        "--python",
+        type=Path,
+        default=Path(sys.executable),
+        help="the Python of the environment to check (default: this one)",
+    )
+    kernels.set_defaults(handler=cmd_check_kernels)
+    memory = commands.add_parser(
+        "check-memory", help="what --gpu-memory-utilization reserves here, as vLLM computes"
+    )
+    memory.add_argument("--utilization", type=float, default=DEFAULT_UTILIZATION)
+    memory.add_argument("--node", type=int, default=0, help="NUMA node of the worker")
+    memory.set_defaults(handler=cmd_check_memory)

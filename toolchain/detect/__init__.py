@@ -1,0 +1,1 @@
+"""detect: what a machine is (CPU features, memory, CPUs, tools), gathered once into a Host."""

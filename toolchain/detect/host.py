@@ -1,0 +1,186 @@
+"""Everything a build or a verify needs to know about a machine, gathered once."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolchain.detect import fallback, probe
+from toolchain.detect.cpus import usable_cpus
+from toolchain.detect.isa import isa_table
+from toolchain.detect.memory import Memory, read_memory
+from toolchain.detect.proc_cpuinfo import CpuInfo, parse_cpuinfo
+from toolchain.detect.tools import BUILD_TOOLS, Tool, executables_on_path, find_tools, numa_header
+from toolchain.errors import UnsupportedHostError
+from toolchain.util.platform import SUPPORTED_ARCHES, machine_arch
+
+PROC_CPUINFO = Path("/proc/cpuinfo")
+PYTHON_NAME = re.compile(r"^python3\.\d+$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Host:
+    arch: str
+    supported: bool
+    cpu_model: str
+    arm_core: str | None
+    isa: dict[str, bool]
+    isa_level: str
+    tokens: frozenset[str]
+    source: str
+    notes: tuple[str, ...]
+    probe: dict[str, Any] | None
+    cpus_usable: int
+    cpu_quota: float | None
+    memory: Memory
+    numa_nodes: int | None
+    disk_free_bytes: int
+    disk_path: str
+    os_name: str
+    glibc: str | None
+    pythons: dict[str, str] = field(default_factory=dict)
+    tools: tuple[Tool, ...] = ()
+    numa_header: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tokens"] = sorted(self.tokens)
+        data["memory"]["usable_bytes"] = self.memory.usable_bytes
+        data["compilers"] = [asdict(tool) for tool in self.compilers]
+        data["tools"] = [asdict(tool) for tool in self.build_tools]
+        return data
+
+    @property
+    def compilers(self) -> tuple[Tool, ...]:
+        return tuple(tool for tool in self.tools if tool.name not in BUILD_TOOLS)
+
+    @property
+    def build_tools(self) -> tuple[Tool, ...]:
+        return tuple(tool for tool in self.tools if tool.name in BUILD_TOOLS)
+
+    def require_supported(self) -> None:
+        if not self.supported:
+            raise UnsupportedHostError(
+                f"{'the machine described' if self.source == 'cpuinfo-file' else 'this machine'} "
+                f"is {self.arch}: vLLM's CPU backend is supported here only on "
+                f"{' and '.join(SUPPORTED_ARCHES)}",
+                hint="build on, or describe with --cpuinfo, an x86_64 or aarch64 machine",
+            )
+
+
+def _cpu_from_this_machine() -> tuple[CpuInfo, str, tuple[str, ...], dict[str, Any] | None]:
+    """CPU facts and the source that decided them: probe > /proc/cpuinfo > sysctl > py-cpuinfo."""
+    if PROC_CPUINFO.is_file():
+        cpu = parse_cpuinfo(PROC_CPUINFO.read_text())
+        cpu = CpuInfo(**{**asdict(cpu), "arch": machine_arch()})
+        source = "proc-cpuinfo"
+    elif platform.system() == "Darwin":
+        cpu, source = fallback.sysctl_cpuinfo(), "sysctl"
+    else:
+        cpu, source = fallback.py_cpuinfo(), "py-cpuinfo"
+    result, why_not = probe.run_probe()
+    if result is None:
+        return cpu, source, (f"{why_not}; features come from {source}",), None
+    reconciled = probe.reconcile(result, cpu.tokens)
+    details = {
+        "xcr0": result.xcr0,
+        "avx10_version": result.avx10_version,
+        "amx_permitted": result.amx_permitted,
+    }
+    cpu = CpuInfo(**{**asdict(cpu), "tokens": reconciled.tokens})
+    return cpu, "probe", reconciled.notes, details
+
+
+def _numa_nodes(root: Path = Path("/sys/devices/system/node")) -> int:
+    try:
+        return sum(1 for entry in root.iterdir() if re.fullmatch(r"node\d+", entry.name))
+    except OSError:
+        return 0
+
+
+def _os_name() -> str:
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                name = line.split("=", 1)[1].strip('"')
+                debian = Path("/etc/debian_version")
+                return f"{name} ({debian.read_text().strip()})" if debian.is_file() else name
+    except OSError:
+        pass
+    return f"{platform.system()} {platform.release()}"
+
+
+def _glibc() -> str | None:
+    try:
+        version = os.confstr("CS_GNU_LIBC_VERSION")
+    except (ValueError, OSError, AttributeError):
+        return None
+    return version.removeprefix("glibc ") if version else None
+
+
+def _pythons() -> dict[str, str]:
+    found = {
+        name.removeprefix("python"): str(path)
+        for name, path in executables_on_path(PYTHON_NAME).items()
+    }
+    return dict(sorted(found.items(), key=lambda item: [int(p) for p in item[0].split(".")]))
+
+
+def detect_host(
+    *,
+    cpuinfo_file: Path | None = None,
+    meminfo_file: Path | None = None,
+    disk_path: Path | None = None,
+) -> Host:
+    """Describe this machine; a saved cpuinfo or meminfo replaces that part of it."""
+    notes: tuple[str, ...] = ()
+    probe_details: dict[str, Any] | None = None
+    if cpuinfo_file is not None:
+        cpu, source = parse_cpuinfo(cpuinfo_file.read_text()), "cpuinfo-file"
+        cpus, quota = cpu.processors, None
+    else:
+        cpu, source, notes, probe_details = _cpu_from_this_machine()
+        cpus, quota = usable_cpus()
+    memory = (
+        read_memory(meminfo_file, proc_self_cgroup=None)
+        if meminfo_file is not None
+        else read_memory()
+    )
+    table = isa_table()
+    arm_core = table.arm_core(cpu.arm_implementer, cpu.arm_part) if cpu.arch == "aarch64" else None
+    isa_level = (
+        table.x86_level(cpu.tokens)
+        if cpu.arch == "x86_64"
+        else (arm_core or "armv8-a")
+        if cpu.arch == "aarch64"
+        else cpu.arch
+    )
+    where = disk_path or Path.cwd()
+    return Host(
+        arch=cpu.arch,
+        supported=cpu.arch in SUPPORTED_ARCHES,
+        cpu_model=cpu.model or (arm_core or ""),
+        arm_core=arm_core,
+        isa=table.feature_flags(cpu.arch, cpu.tokens),
+        isa_level=isa_level,
+        tokens=cpu.tokens,
+        source=source,
+        notes=notes,
+        probe=probe_details,
+        cpus_usable=cpus,
+        cpu_quota=quota,
+        memory=memory,
+        numa_nodes=_numa_nodes() if cpuinfo_file is None else None,
+        disk_free_bytes=shutil.disk_usage(where).free,
+        disk_path=str(where),
+        os_name=_os_name(),
+        glibc=_glibc(),
+        pythons=_pythons(),
+        tools=tuple(find_tools()),
+        numa_header=numa_header(),
+    )

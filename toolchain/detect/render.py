@@ -1,0 +1,60 @@
+"""The human-readable `detect` report."""
+
+from __future__ import annotations
+
+from toolchain.detect.host import Host
+from toolchain.detect.isa import isa_table
+from toolchain.detect.tools import Tool
+from toolchain.util.units import gib
+
+SOURCE_WORDS = {
+    "probe": "the CPU probe (CPUID/XGETBV or getauxval), checked against /proc/cpuinfo",
+    "proc-cpuinfo": "/proc/cpuinfo",
+    "cpuinfo-file": "a saved cpuinfo file",
+    "sysctl": "sysctl hw.optional.*",
+    "py-cpuinfo": "py-cpuinfo",
+}
+
+
+def render_host(host: Host) -> str:
+    present = [name for name, on in host.isa.items() if on]
+    absent = [name for name, on in host.isa.items() if not on and name in _arch_features(host)]
+    lines = [
+        f"CPU          {host.cpu_model or 'unknown model'} ({host.arch}"
+        f"{'' if host.supported else ', NOT SUPPORTED by vLLM CPU'})",
+        f"ISA level    {host.isa_level}",
+        f"features     {' '.join(present) or 'none'}",
+        f"missing      {' '.join(absent) or 'none'}",
+        f"decided by   {SOURCE_WORDS.get(host.source, host.source)}",
+    ]
+    if host.probe:
+        amx = {None: "no AMX", True: "AMX tile data permitted", False: "AMX tile data REFUSED"}
+        lines.append(
+            f"probe        XCR0=0x{host.probe['xcr0'] or 0:x}, AVX10 version "
+            f"{host.probe['avx10_version']}, {amx[host.probe['amx_permitted']]}"
+        )
+    lines += [f"  note: {note}" for note in host.notes]
+    quota = f" (cgroup quota {host.cpu_quota:g} CPUs)" if host.cpu_quota is not None else ""
+    memory = host.memory
+    lines += [
+        f"CPUs usable  {host.cpus_usable}{quota}",
+        f"memory       total {gib(memory.total_bytes)}, available {gib(memory.available_bytes)}, "
+        f"cgroup limit {gib(memory.limit_bytes)}, usable now {gib(memory.usable_bytes)}",
+        f"NUMA nodes   {'unknown' if host.numa_nodes is None else host.numa_nodes}"
+        f"{' (the kernel shows none: a container?)' if host.numa_nodes == 0 else ''}",
+        f"disk free    {gib(host.disk_free_bytes)} at {host.disk_path}",
+        f"OS           {host.os_name}, glibc {host.glibc or 'unknown'}",
+        f"Pythons      {', '.join(host.pythons) or 'none found on PATH'}",
+        f"compilers    {_tool_list(host.compilers)}",
+        f"build tools  {_tool_list(host.build_tools)}",
+        f"libnuma      {host.numa_header or 'numa.h not found (apt-get install libnuma-dev)'}",
+    ]
+    return "\n".join(lines)
+
+
+def _tool_list(tools: tuple[Tool, ...]) -> str:
+    return ", ".join(f"{t.name} {t.version or '?'}" for t in tools) or "none found on PATH"
+
+
+def _arch_features(host: Host) -> set[str]:
+    return set(isa_table().features.get(host.arch, {}))

@@ -1,0 +1,1 @@
+"""plan: recipes, targets, compiler and job sizing turned into one frozen BuildPlan."""

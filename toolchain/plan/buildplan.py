@@ -1,0 +1,152 @@
+"""The frozen BuildPlan and its typed parts; `to_json` keeps the keys `plan --json` always had."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolchain.plan.jobs import JobSizing
+from toolchain.plan.recipes import DroppedRequirement
+
+
+def to_json(value: Any) -> Any:
+    """Dataclasses as objects, paths as strings, tuples as lists: what json.dump writes."""
+    if hasattr(value, "to_json") and not isinstance(value, type):
+        return value.to_json()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple | list):
+        return [to_json(item) for item in value]
+    if isinstance(value, dict):
+        return {key: to_json(item) for key, item in value.items()}
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    name: str
+    summary: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PythonChoice:
+    version: str
+    interpreter: str
+    requires: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchPin:
+    requirement: str  # torch==X+cpu
+    index_url: str
+    find_links: tuple[Path, ...] = ()
+
+    @property
+    def version(self) -> str:
+        return self.requirement.split("==", 1)[1]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compiler:
+    cxx: str
+    cc: str
+    version: str
+    origin: str  # "CXX / --cxx", "PATH" or "provisioned"
+    minimum: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Source:
+    """The vLLM source: the recipe's sdist (cache, mirror) or a --source-dir tree."""
+
+    kind: str  # "sdist" or "source-dir"
+    sha256: str | None
+    path: Path | None = None
+    sdist: str = ""
+    cache: Path | None = None
+    mirror: Path | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.kind == "source-dir":
+            return {"kind": self.kind, "path": str(self.path), "sha256": self.sha256}
+        return {
+            "kind": self.kind,
+            "sdist": self.sdist,
+            "sha256": self.sha256,
+            "cache": str(self.cache),
+            "mirror": str(self.mirror) if self.mirror else None,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dependency:
+    """A third-party source cmake would download, and where the build takes it from instead."""
+
+    name: str
+    ref: str
+    commit: str | None
+    tar_sha256: str | None
+    env: str
+    archive: str
+    mirror_file: Path | None
+    unpacked: Path | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchFile:
+    file: Path
+    sha256: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Paths:
+    work_dir: Path
+    build_dir: Path
+    venv: Path
+    src: Path
+    deps: Path
+    log: Path
+    wheel_dir: Path
+
+    @property
+    def venv_python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildPlan:
+    vllm_version: str
+    recipe: str
+    arch: str
+    target_isa: str
+    isa_model: str
+    min_isa: tuple[str, ...]
+    wheel_version: str
+    python: PythonChoice
+    torch: TorchPin
+    build_requires: tuple[str, ...]
+    compiler: Compiler
+    source: Source
+    third_party: tuple[Dependency, ...]
+    max_jobs: int
+    jobs: JobSizing
+    env: dict[str, str]
+    paths: Paths
+    steps: tuple[Step, ...]
+    dropped_requirements: tuple[DroppedRequirement, ...] = ()
+    patches: tuple[PatchFile, ...] = ()
+    cmake_min: str = ""
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def source_folder(self) -> Path:
+        """What pip builds: the --source-dir tree, or the unpacked sdist."""
+        return self.source.path if self.source.path is not None else self.paths.src
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: to_json(getattr(self, f.name)) for f in dataclasses.fields(self)}

@@ -1,0 +1,274 @@
+"""Plan, then execute: a pure function turns host, recipe and options into a frozen BuildPlan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from packaging.version import Version
+
+from toolchain.detect.host import Host
+from toolchain.errors import PlanError
+from toolchain.plan.buildplan import (
+    BuildPlan,
+    Compiler,
+    Dependency,
+    PatchFile,
+    Paths,
+    PythonChoice,
+    Source,
+    Step,
+    TorchPin,
+)
+from toolchain.plan.compiler import choose_compiler
+from toolchain.plan.jobs import JobSizing, size_jobs
+from toolchain.plan.recipes import Recipe
+from toolchain.plan.target import choose_target, runs_on
+from toolchain.settings import BuildOptions
+
+
+def choose_python(recipe: Recipe, host: Host, wanted: str | None) -> tuple[str, str]:
+    """(version, interpreter path) inside the recipe's range: asked for, preferred, else newest."""
+    in_range = {
+        v: path for v, path in host.pythons.items() if recipe.python_requires.contains(f"{v}.0")
+    }
+    if wanted is not None:
+        if not recipe.python_requires.contains(f"{wanted}.0"):
+            raise PlanError(
+                f"vLLM {recipe.vllm} needs Python {recipe.python_requires}; "
+                f"{wanted} is outside that range",
+                hint=f"use --python with one of: {', '.join(in_range) or 'none here'}",
+            )
+        if wanted not in host.pythons:
+            raise PlanError(
+                f"python{wanted} is not on PATH",
+                hint=f"install it, or use --python with one of: {', '.join(in_range)}",
+            )
+        return wanted, host.pythons[wanted]
+    if recipe.python_preferred in in_range:
+        return recipe.python_preferred, in_range[recipe.python_preferred]
+    if not in_range:
+        raise PlanError(
+            f"vLLM {recipe.vllm} needs Python {recipe.python_requires}; found "
+            f"{', '.join(host.pythons) or 'none'} on PATH",
+            hint=f"install python{recipe.python_preferred}",
+        )
+    newest = max(in_range, key=Version)
+    return newest, in_range[newest]
+
+
+def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
+    host.require_supported()
+    arch = host.arch
+    target = choose_target(recipe, arch, host.isa, options.target)
+    warnings: list[str] = []
+    lacking = runs_on(target, host.isa)
+    if lacking:
+        warnings.append(
+            f"this host lacks {', '.join(lacking)}: it can build the {target.name} "
+            "wheel but cannot import its kernels, so verify it on a machine that can"
+        )
+    py_version, py_path = choose_python(recipe, host, options.python)
+    compiler, compiler_steps = choose_compiler(recipe, host, options)
+    jobs = size_jobs(
+        cpus=host.cpus_usable,
+        available_bytes=host.memory.usable_bytes,
+        memory_per_job_bytes=recipe.memory_per_job_bytes,
+        reserve_bytes=options.reserve_bytes,
+        override=options.jobs,
+    )
+    warnings += [jobs.warning] if jobs.warning else []
+    wheel_version = f"{recipe.vllm}+cpu.{target.name}"
+    build_dir = (
+        options.work_dir
+        / "builds"
+        / (f"vllm-{recipe.vllm}-{arch}-{target.name}-cp{py_version.replace('.', '')}")
+    )
+    paths = Paths(
+        work_dir=options.work_dir,
+        build_dir=build_dir,
+        venv=build_dir / "venv",
+        src=build_dir / "src",
+        deps=build_dir / "deps",
+        log=build_dir / "build.log",
+        wheel_dir=options.wheel_dir,
+    )
+    third_party, deps_env, deps_warnings = _third_party(recipe, arch, options, paths.deps)
+    env = {
+        "VLLM_TARGET_DEVICE": "cpu",
+        "MAX_JOBS": str(jobs.max_jobs),
+        "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs.max_jobs),
+        **target.env,
+        "CC": compiler.cc,
+        "CXX": compiler.cxx,
+        "VLLM_VERSION_OVERRIDE": wheel_version,
+        **deps_env,
+        **_cache_env(host, options, build_dir, warnings),
+    }
+    torch = TorchPin(
+        requirement=f"torch=={recipe.torch[arch]}",
+        index_url=options.torch_index or recipe.torch_index,
+        find_links=options.find_links,
+    )
+    return BuildPlan(
+        vllm_version=str(recipe.vllm),
+        recipe=str(recipe.path),
+        arch=arch,
+        target_isa=target.name,
+        isa_model=recipe.isa_models[arch].name,
+        min_isa=target.min_isa,
+        wheel_version=wheel_version,
+        python=PythonChoice(
+            version=py_version, interpreter=py_path, requires=str(recipe.python_requires)
+        ),
+        torch=torch,
+        build_requires=recipe.build_requires,
+        compiler=compiler,
+        source=_source(recipe, options),
+        third_party=third_party,
+        max_jobs=jobs.max_jobs,
+        jobs=jobs,
+        env=env,
+        paths=paths,
+        steps=_steps(
+            recipe, options, arch, compiler, compiler_steps, third_party, torch, paths, jobs
+        ),
+        dropped_requirements=recipe.drop_requirements,
+        patches=tuple(
+            PatchFile(file=p.file, sha256=p.sha256, reason=p.reason) for p in recipe.patches
+        ),
+        cmake_min=recipe.cmake_min,
+        warnings=tuple(warnings + deps_warnings + _patch_warnings(recipe, options)),
+    )
+
+
+def _patch_warnings(recipe: Recipe, options: BuildOptions) -> list[str]:
+    if not (recipe.patches and options.source_dir):
+        return []
+    names = ", ".join(str(p.file) for p in recipe.patches)
+    return [f"recipe patches are not applied to a --source-dir tree; apply them yourself: {names}"]
+
+
+def _third_party(
+    recipe: Recipe, arch: str, options: BuildOptions, deps_dir: Path
+) -> tuple[tuple[Dependency, ...], dict[str, str], list[str]]:
+    """Sources cmake would download: the mirror copy, and the variable pointing cmake at it."""
+    entries, env, warnings = [], {}, []
+    for dep in recipe.third_party_for(arch):
+        unpacked = deps_dir / f"{dep.name}-{dep.ref.removeprefix('v')}"
+        entries.append(
+            Dependency(
+                name=dep.name,
+                ref=dep.ref,
+                commit=dep.commit,
+                tar_sha256=dep.tar_sha256,
+                env=dep.env,
+                archive=dep.archive,
+                mirror_file=options.sources / dep.archive if options.sources else None,
+                unpacked=unpacked if options.sources else None,
+            )
+        )
+        if options.sources:
+            env[dep.env] = str(unpacked)
+        else:
+            warnings.append(
+                f"no --sources mirror: cmake will download {dep.name} {dep.ref} from "
+                "GitHub while compiling, which fails on an air-gapped machine"
+            )
+        if dep.tar_sha256 is None:
+            warnings.append(
+                f"the recipe has no recorded hash for {dep.name} {dep.ref}: build-wheel "
+                "refuses an unchecked source; `nox -s fetch-sources` prints one"
+            )
+    return tuple(entries), env, warnings
+
+
+def _cache_env(
+    host: Host, options: BuildOptions, build_dir: Path, warnings: list[str]
+) -> dict[str, str]:
+    # vLLM's setup.py prefers sccache when both are on PATH; configure the one it will use.
+    names = {tool.name for tool in host.build_tools}
+    launcher: str | None = next((n for n in ("sccache", "ccache") if n in names), None)
+    if launcher is None:
+        warnings.append(
+            "no ccache or sccache on PATH: a rebuild compiles everything again "
+            "(apt-get install ccache)"
+        )
+        return {}
+    env = {"CMAKE_C_COMPILER_LAUNCHER": launcher, "CMAKE_CXX_COMPILER_LAUNCHER": launcher}
+    if launcher == "ccache":
+        # Hits across build folders and rebuilt venvs: paths relative to the build folder,
+        # the compiler judged by its content, not its mtime.
+        env.update(
+            {
+                "CCACHE_DIR": str(options.work_dir / "ccache"),
+                "CCACHE_BASEDIR": str(build_dir),
+                "CCACHE_NOHASHDIR": "true",
+                "CCACHE_COMPILERCHECK": "content",
+                "CCACHE_MAXSIZE": "20G",
+            }
+        )
+    return env
+
+
+def _source(recipe: Recipe, options: BuildOptions) -> Source:
+    if options.source_dir:
+        return Source(kind="source-dir", path=options.source_dir, sha256=None)
+    return Source(
+        kind="sdist",
+        sdist=recipe.sdist,
+        sha256=recipe.sha256,
+        cache=options.work_dir / "sdists" / recipe.sha256 / recipe.sdist,
+        mirror=options.sources,
+    )
+
+
+def _steps(
+    recipe: Recipe,
+    options: BuildOptions,
+    arch: str,
+    compiler: Compiler,
+    compiler_steps: list[Step],
+    third_party: tuple[Dependency, ...],
+    torch: TorchPin,
+    paths: Paths,
+    jobs: JobSizing,
+) -> tuple[Step, ...]:
+    deps = ", ".join(f"{d.name} {d.ref}" for d in third_party) or "nothing"
+    where = f"from {options.sources}" if options.sources else "(cmake downloads them)"
+    return (
+        Step(name="fetch-source", summary=_source_summary(recipe, options)),
+        *_patch_steps(recipe, options),
+        Step(name="third-party-sources", summary=f"check and unpack {deps} {where}"),
+        *compiler_steps,
+        Step(
+            name="check-toolchain",
+            summary=f"{compiler.cxx} >= {recipe.gxx_min.get(arch, 'any')}"
+            f", cmake >= {recipe.cmake_min}, ninja, numa.h",
+        ),
+        Step(name="create-venv", summary=f"a fresh venv at {paths.venv}"),
+        Step(
+            name="install-build-requirements",
+            summary=f"{torch.requirement} from {torch.index_url}, then "
+            + " ".join(recipe.build_requires),
+        ),
+        Step(
+            name="compile",
+            summary=f"pip wheel --no-build-isolation with MAX_JOBS="
+            f"{jobs.max_jobs}, log at {paths.log}",
+        ),
+        Step(name="repair", summary="auditwheel repair, torch libraries excluded; embed manifest"),
+        Step(name="deliver", summary=f"move the wheel and its manifest into {paths.wheel_dir}"),
+    )
+
+
+def _patch_steps(recipe: Recipe, options: BuildOptions) -> list[Step]:
+    if not recipe.patches or options.source_dir:
+        return []
+    names = ", ".join(p.file.name for p in recipe.patches)
+    return [Step(name="apply-patches", summary=f"patch -p1 the unpacked source with {names}")]
+
+
+def _source_summary(recipe: Recipe, options: BuildOptions) -> str:
+    if options.source_dir:
+        return f"use the source tree {options.source_dir} (no hash to check)"
+    return f"download {recipe.sdist} from the package index, check sha256 {recipe.sha256[:12]}…"

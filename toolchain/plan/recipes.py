@@ -1,0 +1,253 @@
+"""Recipes: one TOML file per vLLM version, loaded into frozen dataclasses and validated."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from toolchain.detect.isa import isa_table
+from toolchain.errors import DataFileError, UsageError
+from toolchain.util.datafile import load_toml, sha256_hex, string, string_list, string_map, table
+from toolchain.util.platform import SUPPORTED_ARCHES
+from toolchain.util.units import MIB
+
+ISA_MODELS_FILE = "isa-models.toml"
+
+
+@dataclass(frozen=True, kw_only=True)
+class IsaTarget:
+    name: str
+    env: Mapping[str, str]
+    min_isa: tuple[str, ...]
+    host_must_lack: tuple[str, ...] = ()
+    host_must_have: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class IsaModel:
+    name: str
+    arch: str
+    summary: str
+    targets: Mapping[str, IsaTarget]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThirdParty:
+    name: str
+    arch: str | None
+    repository: str
+    ref: str
+    archive: str
+    env: str
+    commit: str | None = None
+    tar_sha256: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DroppedRequirement:
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Patch:
+    file: Path
+    sha256: str
+    versions: SpecifierSet
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recipe:
+    path: Path
+    vllm: Version
+    sdist: str
+    sha256: str
+    git_tag: str | None
+    python_requires: SpecifierSet
+    python_preferred: str
+    torch: Mapping[str, str]
+    torch_index: str
+    build_requires: tuple[str, ...]
+    memory_per_job_bytes: int
+    gxx_min: Mapping[str, str]
+    cmake_min: str
+    isa_models: Mapping[str, IsaModel]
+    third_party: tuple[ThirdParty, ...]
+    drop_requirements: tuple[DroppedRequirement, ...] = ()
+    patches: tuple[Patch, ...] = ()
+
+    def third_party_for(self, arch: str) -> tuple[ThirdParty, ...]:
+        return tuple(dep for dep in self.third_party if dep.arch in (None, arch))
+
+
+def default_recipes_dir() -> Path:
+    """Recipes installed with the package, or the repository's recipes/ beside a source tree."""
+    installed = Path(str(resources.files("toolchain") / "recipes"))
+    return installed if installed.is_dir() else Path(__file__).resolve().parents[2] / "recipes"
+
+
+def recipe_path(recipes_dir: Path, version: str) -> Path:
+    return recipes_dir / f"vllm-{version}.toml"
+
+
+def known_versions(recipes_dir: Path) -> list[str]:
+    names = [path.stem.removeprefix("vllm-") for path in recipes_dir.glob("vllm-*.toml")]
+    return sorted(names, key=Version)
+
+
+def load_recipe(recipes_dir: Path, version: str) -> Recipe:
+    path = recipe_path(recipes_dir, version)
+    if not path.is_file():
+        known = ", ".join(known_versions(recipes_dir)) or "none"
+        raise UsageError(
+            f"no recipe for vLLM {version} in {recipes_dir}",
+            hint=f"known versions: {known}; or add {path.name} (see recipes/README.md)",
+        )
+    models = load_isa_models(recipes_dir / ISA_MODELS_FILE)
+    return parse_recipe(load_toml(path), path=path, models=models)
+
+
+def _version(value: str, *, where: str) -> Version:
+    try:
+        return Version(value)
+    except InvalidVersion as exc:
+        raise DataFileError(f"{where}: '{value}' is not a version") from exc
+
+
+def parse_recipe(data: dict[str, Any], *, path: Path, models: Mapping[str, IsaModel]) -> Recipe:
+    where = str(path)
+    source, python = table(data, "source", where=where), table(data, "python", where=where)
+    torch, build = table(data, "torch", where=where), table(data, "build", where=where)
+    tools, isa = table(data, "toolchain", where=where), table(data, "isa_model", where=where)
+    vllm = _version(string(data, "vllm", where=where), where=f"{where}: key 'vllm'")
+    if path.name != f"vllm-{vllm}.toml":
+        raise DataFileError(f"{where}: key 'vllm' says {vllm} but the file is named {path.name}")
+    try:
+        python_requires = SpecifierSet(string(python, "requires", where=f"{where} [python]"))
+    except InvalidSpecifier as exc:
+        raise DataFileError(f"{where} [python]: key 'requires' is not a version range") from exc
+    torch_pins = {arch: string(torch, arch, where=f"{where} [torch]") for arch in SUPPORTED_ARCHES}
+    memory_mib = build.get("memory_per_job_mib")
+    if not isinstance(memory_mib, int) or memory_mib <= 0:
+        raise DataFileError(f"{where} [build]: key 'memory_per_job_mib' must be a positive integer")
+    isa_models = {}
+    for arch in SUPPORTED_ARCHES:
+        name = string(isa, arch, where=f"{where} [isa_model]")
+        if name not in models or models[name].arch != arch:
+            raise DataFileError(
+                f"{where} [isa_model]: key '{arch}' names no {arch} model "
+                f"of {ISA_MODELS_FILE} ('{name}')"
+            )
+        isa_models[arch] = models[name]
+    return Recipe(
+        path=path,
+        vllm=vllm,
+        sdist=string(source, "sdist", where=f"{where} [source]"),
+        sha256=sha256_hex(source, "sha256", where=f"{where} [source]"),
+        git_tag=source.get("git_tag"),
+        python_requires=python_requires,
+        python_preferred=string(python, "preferred", where=f"{where} [python]"),
+        torch=torch_pins,
+        torch_index=string(torch, "index", where=f"{where} [torch]"),
+        build_requires=string_list(build, "requires", where=f"{where} [build]"),
+        memory_per_job_bytes=memory_mib * MIB,
+        gxx_min=string_map(tools, "gxx_min", where=f"{where} [toolchain]"),
+        cmake_min=string(tools, "cmake_min", where=f"{where} [toolchain]"),
+        isa_models=isa_models,
+        third_party=tuple(
+            _third_party(entry, where=f"{where} third_party[{index}]")
+            for index, entry in enumerate(_array(data, "third_party", where))
+        ),
+        drop_requirements=tuple(
+            DroppedRequirement(
+                name=string(entry, "name", where=f"{where} drop_requirements[{i}]"),
+                reason=string(entry, "reason", where=f"{where} drop_requirements[{i}]"),
+            )
+            for i, entry in enumerate(_array(data, "drop_requirements", where))
+        ),
+        patches=tuple(
+            _patch(entry, vllm, folder=path.parent, where=f"{where} patches[{index}]")
+            for index, entry in enumerate(_array(data, "patches", where))
+        ),
+    )
+
+
+def _array(data: dict[str, Any], key: str, where: str) -> list[dict[str, Any]]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(entry, dict) for entry in value):
+        raise DataFileError(f"{where}: key '{key}' must be an array of tables ([[{key}]])")
+    return value
+
+
+def _third_party(entry: dict[str, Any], *, where: str) -> ThirdParty:
+    arch = entry.get("arch")
+    if arch is not None and arch not in SUPPORTED_ARCHES:
+        raise DataFileError(f"{where}: key 'arch' must be one of {', '.join(SUPPORTED_ARCHES)}")
+    return ThirdParty(
+        name=string(entry, "name", where=where),
+        arch=arch,
+        repository=string(entry, "repository", where=where),
+        ref=string(entry, "ref", where=where),
+        archive=string(entry, "archive", where=where),
+        env=string(entry, "env", where=where),
+        commit=entry.get("commit"),
+        tar_sha256=sha256_hex(entry, "tar_sha256", where=where) if "tar_sha256" in entry else None,
+    )
+
+
+def _patch(entry: dict[str, Any], vllm: Version, *, folder: Path, where: str) -> Patch:
+    file = folder / string(entry, "file", where=where)
+    if not file.is_file():
+        raise DataFileError(f"{where}: key 'file': {file} does not exist")
+    try:
+        versions = SpecifierSet(string(entry, "versions", where=where))
+    except InvalidSpecifier as exc:
+        raise DataFileError(f"{where}: key 'versions' is not a version range") from exc
+    if not versions.contains(vllm):
+        raise DataFileError(f"{where}: {file.name} applies to vLLM {versions}, not {vllm}")
+    return Patch(
+        file=file,
+        sha256=hashlib.sha256(file.read_bytes()).hexdigest(),
+        versions=versions,
+        reason=string(entry, "reason", where=where),
+    )
+
+
+@functools.cache
+def load_isa_models(path: Path) -> Mapping[str, IsaModel]:
+    data, where = load_toml(path), str(path)
+    known_features = set(isa_table().feature_names)
+    models: dict[str, IsaModel] = {}
+    for name in data:
+        model = table(data, name, where=where)
+        targets_data = table(model, "targets", where=f"{where} [{name}]")
+        targets = {}
+        for target_name in targets_data:
+            at = f"{where} [{name}.targets.{target_name}]"
+            target = table(targets_data, target_name, where=f"{where} [{name}.targets]")
+            lists = {
+                key: string_list(target, key, where=at)
+                for key in ("min_isa", "host_must_lack", "host_must_have")
+            }
+            unknown = {f for values in lists.values() for f in values} - known_features
+            if unknown:
+                raise DataFileError(f"{at}: unknown feature names {sorted(unknown)}")
+            targets[target_name] = IsaTarget(
+                name=target_name, env=string_map(target, "env", where=at), **lists
+            )
+        models[name] = IsaModel(
+            name=name,
+            arch=string(model, "arch", where=f"{where} [{name}]"),
+            summary=string(model, "summary", where=f"{where} [{name}]"),
+            targets=targets,
+        )
+    return models

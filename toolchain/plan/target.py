@@ -1,0 +1,71 @@
+"""Choosing the ISA target of a build from the recipe's era and the host's features."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from toolchain.errors import PlanError
+from toolchain.plan.recipes import IsaModel, IsaTarget, Recipe
+
+
+def _blocker(target: IsaTarget, isa: Mapping[str, bool], recipe: Recipe) -> str | None:
+    """Why upstream's cmake would not build exactly this target on this host, or None."""
+    listed = [feature for feature in target.host_must_lack if isa.get(feature)]
+    if listed:
+        them = "them" if len(listed) > 1 else "it"
+        return (
+            f"vLLM {recipe.vllm}'s cmake turns on {', '.join(listed)} whenever the build "
+            f"host's /proc/cpuinfo lists {them}, and this host does; no switch turns "
+            f"{them} off"
+        )
+    missing = [feature for feature in target.host_must_have if not isa.get(feature)]
+    if missing:
+        return (
+            f"vLLM {recipe.vllm}'s cmake takes {', '.join(missing)} only from the build "
+            f"host's /proc/cpuinfo, and this host lacks it"
+        )
+    return None
+
+
+def runs_on(target: IsaTarget, isa: Mapping[str, bool]) -> list[str]:
+    """Features the host lacks to run a wheel of this target (empty: it runs here)."""
+    return [feature for feature in target.min_isa if not isa.get(feature)]
+
+
+def choose_target(
+    recipe: Recipe, arch: str, isa: Mapping[str, bool], wanted: str | None
+) -> IsaTarget:
+    model = recipe.isa_models[arch]
+    if wanted is None:
+        return _best_target(recipe, model, isa)
+    if wanted not in model.targets:
+        other = [m.arch for m in recipe.isa_models.values() if wanted in m.targets]
+        where = f"; '{wanted}' is a target for {other[0]}" if other else ""
+        raise PlanError(
+            f"vLLM {recipe.vllm} on {arch} ({model.summary}) builds the targets "
+            f"{', '.join(model.targets)}; not '{wanted}'{where}",
+            hint=f"use --target {' or --target '.join(model.targets)}",
+        )
+    target = model.targets[wanted]
+    blocker = _blocker(target, isa, recipe)
+    if blocker:
+        raise PlanError(
+            f"cannot build target {wanted} here: {blocker}",
+            hint="build on a host that matches the target, or pick another --target",
+        )
+    return target
+
+
+def _best_target(recipe: Recipe, model: IsaModel, isa: Mapping[str, bool]) -> IsaTarget:
+    """The last (richest) target the host can both build exactly and run."""
+    fitting = [
+        t for t in model.targets.values() if not runs_on(t, isa) and not _blocker(t, isa, recipe)
+    ]
+    if not fitting:
+        first = next(iter(model.targets.values()))
+        raise PlanError(
+            f"this CPU cannot run any vLLM {recipe.vllm} CPU wheel: it lacks "
+            f"{', '.join(runs_on(first, isa))}",
+            hint="build for another machine with --target and --cpuinfo FILE of that machine",
+        )
+    return fitting[-1]

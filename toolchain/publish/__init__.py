@@ -1,0 +1,1 @@
+"""publish: the static per-variant index, uploads to index servers, install commands."""

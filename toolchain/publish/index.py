@@ -1,0 +1,265 @@
+"""A static package index: one PEP 503 + PEP 691 simple index per ISA variant.
+
+pip cannot tell CPUs apart: given `0.32.0+cpu.avx2` and `0.32.0+cpu.avx512bf16` on one index it
+takes the highest label, not the one the CPU runs. So each variant gets its own index (as PyTorch
+and llama-cpp-python do), under one root:
+
+    ROOT/variants.json                  variant -> features a CPU needs, projects, versions
+    ROOT/files/NAME.whl(.metadata)      every wheel once, with its core metadata (PEP 658/714)
+    ROOT/VARIANT/simple/index.{html,json}
+    ROOT/VARIANT/simple/PROJECT/index.{html,json}
+
+ROOT is a symlink to a generation folder beside it; a new generation is written in full, checked,
+then swapped in with one rename, so a reader never sees half an index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import os
+import shutil
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from toolchain.errors import PublishError
+from toolchain.plan.recipes import ISA_MODELS_FILE, default_recipes_dir, load_isa_models
+from toolchain.publish.index_check import validate
+from toolchain.util.files import sha256_file
+from toolchain.wheelfile import core_metadata, read_manifest
+
+API_VERSION = "1.1"
+FORMAT = "vcb-index-1"  # part of each generation's name: a new layout makes a new generation
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexedWheel:
+    path: Path
+    project: str
+    version: str
+    variant: str
+    min_isa: tuple[str, ...]
+    sha256: str
+    size: int
+    requires_python: str | None
+    metadata: bytes
+
+    @property
+    def metadata_sha256(self) -> str:
+        return hashlib.sha256(self.metadata).hexdigest()
+
+
+def target_min_isa(target: str, arch: str | None = None) -> tuple[str, ...] | None:
+    """Features a CPU needs for a build target (a local version label's last part)."""
+    for model in load_isa_models(default_recipes_dir() / ISA_MODELS_FILE).values():
+        if target in model.targets and arch in (None, model.arch):
+            return model.targets[target].min_isa
+    return None
+
+
+def variant_of(wheel: Path) -> tuple[str, tuple[str, ...]]:
+    """(variant, min_isa): from the toolkit's manifest, else from the `+cpu.TARGET` label."""
+    version = Version(str(parse_wheel_filename(wheel.name)[1]))
+    local = (version.local or "").split(".")
+    if not local or local[0] != "cpu":
+        raise PublishError(
+            f"{wheel.name}: version {version} has no '+cpu' label, and vLLM only picks its "
+            "CPU platform when its version contains 'cpu'",
+            hint="publish wheels built by `nox -s build-wheel` (they are tagged +cpu.TARGET)",
+        )
+    manifest = read_manifest(wheel) or {}
+    target = manifest.get("target_isa") or (local[1] if len(local) > 1 else "portable")
+    min_isa = manifest.get("min_isa") or target_min_isa(target) or ()
+    return target, tuple(min_isa)
+
+
+def read_wheel(path: Path) -> IndexedWheel:
+    name, version, _, _ = parse_wheel_filename(path.name)
+    metadata = core_metadata(path)
+    requires_python = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in metadata.decode().splitlines()
+            if line.startswith("Requires-Python:")
+        ),
+        None,
+    )
+    variant, min_isa = variant_of(path)
+    return IndexedWheel(
+        path=path,
+        project=canonicalize_name(name),
+        version=str(version),
+        variant=variant,
+        min_isa=min_isa,
+        sha256=sha256_file(path),
+        size=path.stat().st_size,
+        requires_python=requires_python,
+        metadata=metadata,
+    )
+
+
+def _page(title: str, body: Iterable[str]) -> str:
+    return (
+        "<!DOCTYPE html>\n<html>\n<head>\n"
+        f'<meta name="pypi:repository-version" content="{API_VERSION}">\n'
+        f"<title>{html.escape(title)}</title>\n</head>\n<body>\n<h1>{html.escape(title)}</h1>\n"
+        + "".join(f"{line}<br/>\n" for line in body)
+        + "</body>\n</html>\n"
+    )
+
+
+def file_url(wheel: IndexedWheel) -> str:
+    return f"../../../files/{quote(wheel.path.name)}"  # '+' as %2B, as PyTorch's index does
+
+
+def project_html(project: str, wheels: Sequence[IndexedWheel]) -> str:
+    links = []
+    for wheel in wheels:
+        attrs = f' data-dist-info-metadata="sha256={wheel.metadata_sha256}"'
+        attrs += f' data-core-metadata="sha256={wheel.metadata_sha256}"'
+        if wheel.requires_python:
+            attrs += f' data-requires-python="{html.escape(wheel.requires_python)}"'
+        href = html.escape(f"{file_url(wheel)}#sha256={wheel.sha256}")
+        links.append(f'<a href="{href}"{attrs}>{html.escape(wheel.path.name)}</a>')
+    return _page(f"Links for {project}", links)
+
+
+def project_json(project: str, wheels: Sequence[IndexedWheel]) -> dict[str, Any]:
+    return {
+        "meta": {"api-version": API_VERSION},
+        "name": project,
+        "versions": sorted({w.version for w in wheels}, key=Version),
+        "files": [
+            {
+                "filename": w.path.name,
+                "url": file_url(w),
+                "hashes": {"sha256": w.sha256},
+                "requires-python": w.requires_python,
+                "core-metadata": {"sha256": w.metadata_sha256},
+                "dist-info-metadata": {"sha256": w.metadata_sha256},
+                "size": w.size,
+            }
+            for w in wheels
+        ],
+    }
+
+
+def root_html(projects: Iterable[str]) -> str:
+    return _page("Simple index", (f'<a href="{p}/">{p}</a>' for p in projects))
+
+
+def root_json(projects: Iterable[str]) -> dict[str, Any]:
+    return {"meta": {"api-version": API_VERSION}, "projects": [{"name": p} for p in projects]}
+
+
+def generation_name(wheels: Sequence[IndexedWheel]) -> str:
+    digest = hashlib.sha256(FORMAT.encode())
+    for wheel in sorted(wheels, key=lambda w: w.path.name):
+        digest.update(f"{wheel.path.name} {wheel.sha256}\n".encode())
+    return f"gen-{digest.hexdigest()[:16]}"
+
+
+def write_generation(wheels: Sequence[IndexedWheel], folder: Path) -> None:
+    files = folder / "files"
+    files.mkdir(parents=True)
+    for wheel in wheels:
+        _link_or_copy(wheel.path, files / wheel.path.name)
+        (files / f"{wheel.path.name}.metadata").write_bytes(wheel.metadata)
+    variants: dict[str, dict[str, Any]] = {}
+    for variant in sorted({w.variant for w in wheels}):
+        members = [w for w in wheels if w.variant == variant]
+        projects = sorted({w.project for w in members})
+        simple = folder / variant / "simple"
+        _write_pair(simple, root_html(projects), root_json(projects))
+        for project in projects:
+            mine = sorted((w for w in members if w.project == project), key=lambda w: w.path.name)
+            _write_pair(simple / project, project_html(project, mine), project_json(project, mine))
+        variants[variant] = {
+            "simple": f"{variant}/simple/",
+            "min_isa": sorted({f for w in members for f in w.min_isa}),
+            "projects": {
+                p: sorted({w.version for w in members if w.project == p}) for p in projects
+            },
+        }
+    (folder / "variants.json").write_text(json.dumps({"variants": variants}, indent=2) + "\n")
+    (folder / "index.html").write_text(
+        _page("vLLM CPU wheels", (f'<a href="{v}/simple/">{v}</a>' for v in variants))
+    )
+
+
+def _write_pair(folder: Path, page: str, data: dict[str, Any]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "index.html").write_text(page)
+    (folder / "index.json").write_text(json.dumps(data, indent=2) + "\n")
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Published:
+    root: Path
+    generation: Path
+    changed: bool
+    wheels: tuple[IndexedWheel, ...]
+
+
+def publish_index(wheel_paths: Sequence[Path], root: Path) -> Published:
+    """Make `root` serve exactly these wheels; unchanged input changes nothing."""
+    if root.exists() and not root.is_symlink():
+        raise PublishError(
+            f"{root} is a folder, not an index this tool made (a symlink to a generation)",
+            hint="choose another --index-dir, or move that folder away",
+        )
+    if not wheel_paths:
+        raise PublishError("no wheels to publish", hint="build one first: nox -s build-wheel")
+    wheels = tuple(read_wheel(path) for path in sorted(wheel_paths))
+    _refuse_duplicates(wheels)
+    generations = root.parent / f".{root.name}.generations"
+    generation = generations / generation_name(wheels)
+    if root.is_symlink() and root.resolve() == generation.resolve() and generation.is_dir():
+        return Published(root=root, generation=generation, changed=False, wheels=wheels)
+    partial = generations / f".{generation.name}.{os.getpid()}.part"
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        write_generation(wheels, partial)
+        problems = validate(partial)
+        if problems:
+            raise PublishError("the new index does not validate: " + "; ".join(problems))
+        shutil.rmtree(generation, ignore_errors=True)
+        partial.rename(generation)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    previous = root.resolve() if root.is_symlink() else None
+    swap = root.with_name(f".{root.name}.{os.getpid()}.link")
+    swap.unlink(missing_ok=True)
+    swap.symlink_to(os.path.relpath(generation, root.parent))
+    swap.replace(root)  # one rename: readers see the old index or the new one
+    _prune(generations, keep={generation.name, previous.name if previous else ""})
+    return Published(root=root, generation=generation, changed=True, wheels=wheels)
+
+
+def _refuse_duplicates(wheels: Sequence[IndexedWheel]) -> None:
+    names: dict[str, IndexedWheel] = {}
+    for wheel in wheels:
+        other = names.setdefault(wheel.path.name, wheel)
+        if other is not wheel:
+            raise PublishError(f"{wheel.path.name} is given twice ({other.path}, {wheel.path})")
+
+
+def _prune(generations: Path, keep: set[str]) -> None:
+    """Remove generations older than the previous one (a reader may still be inside that)."""
+    for old in generations.iterdir():
+        if old.name not in keep and old.name.startswith("gen-"):
+            shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,219 @@
+"""The pip commands that install the right vLLM wheel for this machine from an internal index.
+
+The internal package comes only from the internal index, with `--index-url` (an
+`--extra-index-url` would let a public package of the same name win: dependency confusion). Its
+public requirements are a separate pip run against the public index, with the PyTorch CPU index or
+local wheel folders for the `torch==X+cpu` pin. On an index with several `+cpu.TARGET` builds of
+one release, the exact version this CPU runs is pinned, since pip would take the highest label.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shlex
+import sys
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.tags import Tag, parse_tag, sys_tags
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from toolchain.errors import PublishError
+from toolchain.publish.index import target_min_isa
+from toolchain.publish.index_check import anchors
+from toolchain.runtime_deps import PipSources, RuntimePlan, plan_requirements
+from toolchain.settings import PYPI_SIMPLE
+from toolchain.util import run
+from toolchain.wheelfile import metadata_requirements, requires_dist
+
+NO_VARIANT_HINT = "publish a wheel this CPU runs: build one with a lower --target (README: Targets)"
+TAGS_OF_PIP = "from pip._vendor.packaging.tags import sys_tags; print(*sys_tags())"
+NO_SOURCES = PipSources()  # pip's own configuration only
+JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    filename: str
+    url: str
+    version: Version
+    variant: str
+    min_isa: tuple[str, ...]
+    metadata_url: str | None
+    simple_url: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstallPlan:
+    chosen: Candidate
+    deps: RuntimePlan
+    commands: tuple[tuple[str, ...], ...]
+    notes: tuple[str, ...] = ()
+
+    def render(self) -> str:
+        lines = [
+            f"# {self.chosen.filename}: +{self.chosen.variant}, needs "
+            f"{' '.join(self.chosen.min_isa) or 'nothing beyond the architecture'}"
+        ]
+        if self.deps.left_out:
+            lines.append(f"# left out {self.deps.describe_left_out()}")
+        lines += [f"# {note}" for note in self.notes]
+        lines += [shlex.join(command) for command in self.commands]
+        return "\n".join(lines)
+
+
+def fetch(url: str, accept: str = "*/*") -> tuple[bytes, str]:
+    """(body, content type); PublishError when the index cannot be read."""
+    request = urllib.request.Request(url, headers={"Accept": accept})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.read(), response.headers.get("Content-Type", "")
+    except (urllib.error.URLError, OSError) as exc:
+        raise PublishError(f"cannot read {url}: {exc}", hint="check --index") from exc
+
+
+def runnable_indexes(
+    index: str, host_isa: Mapping[str, bool], project: str
+) -> list[tuple[str, tuple[str, ...] | None]]:
+    """(simple URL, features its wheels need) for each index that may hold a wheel for here.
+
+    A root published by `publish` lists its variants in variants.json; any other URL is one flat
+    simple index (pypiserver, devpi) on which variants differ only by their version label.
+    """
+    root = index.rstrip("/") + "/"
+    try:
+        body, _ = fetch(urllib.parse.urljoin(root, "variants.json"))
+    except PublishError:
+        return [(root, None)]
+    variants: dict[str, Any] = json.loads(body)["variants"]
+    found: list[tuple[str, tuple[str, ...] | None]] = [
+        (urllib.parse.urljoin(root, info["simple"]), tuple(info["min_isa"]))
+        for info in variants.values()
+        if canonicalize_name(project) in info["projects"]
+        and all(host_isa.get(feature) for feature in info["min_isa"])
+    ]
+    if not found:
+        raise PublishError(
+            f"{index} has no variant this CPU runs with {project}: {sorted(variants)}",
+            hint=NO_VARIANT_HINT,
+        )
+    return found
+
+
+def candidates(
+    simple_url: str, project: str, min_isa: tuple[str, ...] | None = None, arch: str | None = None
+) -> list[Candidate]:
+    page_url = f"{simple_url.rstrip('/')}/{canonicalize_name(project)}/"
+    body, kind = fetch(
+        page_url + ("index.html" if page_url.startswith("file:") else ""), JSON_ACCEPT
+    )
+    if "json" in kind:  # PEP 691, from a server that negotiates
+        files = [
+            (f["filename"], f["url"], bool(f.get("core-metadata") or f.get("dist-info-metadata")))
+            for f in json.loads(body)["files"]
+        ]
+    else:  # PEP 503 HTML: a static index, or a server without JSON
+        files = [
+            (text.strip(), a.get("href") or "", bool(a.get("data-core-metadata")))
+            for a, text in anchors(body.decode())
+        ]
+    found = []
+    for filename, href, has_metadata in files:
+        if not filename.endswith(".whl"):
+            continue
+        version = Version(str(parse_wheel_filename(filename)[1]))
+        local = (version.local or "").split(".")
+        variant = local[1] if local[0] == "cpu" and len(local) > 1 else "portable"
+        url = urllib.parse.urldefrag(urllib.parse.urljoin(page_url, href))[0]
+        found.append(
+            Candidate(
+                filename=filename,
+                url=url,
+                version=version,
+                variant=variant,
+                min_isa=min_isa if min_isa is not None else target_min_isa(variant, arch) or (),
+                simple_url=simple_url,
+                metadata_url=url + ".metadata" if has_metadata else None,
+            )
+        )
+    return found
+
+
+def supported_tags(python: Path) -> frozenset[Tag]:
+    """The wheel tags `python` installs (asked of its pip's vendored packaging)."""
+    if Path(python) == Path(sys.executable):
+        return frozenset(sys_tags())
+    output = run.capture([python, "-c", TAGS_OF_PIP], timeout=120)
+    return frozenset(t for line in output.stdout.split() for t in parse_tag(line))
+
+
+def choose(
+    found: Sequence[Candidate], host_isa: Mapping[str, bool], version: str | None
+) -> Candidate:
+    """The newest release; within it the most specific build this CPU runs."""
+    wanted = [
+        c
+        for c in found
+        if version is None or c.version.public == version or str(c.version) == version
+    ]
+    runnable = [c for c in wanted if all(host_isa.get(f) for f in c.min_isa)]
+    if not runnable:
+        raise PublishError(
+            f"no wheel on the index runs on this CPU (of {sorted(c.filename for c in wanted)})",
+            hint=NO_VARIANT_HINT,
+        )
+    return max(runnable, key=lambda c: (Version(c.version.public), len(c.min_isa), c.filename))
+
+
+def candidate_requirements(candidate: Candidate) -> list[str]:
+    """The wheel's Requires-Dist: from its core metadata file (PEP 658), else from the wheel."""
+    if candidate.metadata_url is None:  # pypiserver serves no metadata files: read the wheel
+        with tempfile.TemporaryDirectory() as folder:
+            wheel = Path(folder) / candidate.filename
+            wheel.write_bytes(fetch(candidate.url)[0])
+            return requires_dist(wheel)
+    return metadata_requirements(fetch(candidate.metadata_url)[0].decode())
+
+
+def plan_install(
+    index: str,
+    host_isa: Mapping[str, bool],
+    *,
+    project: str = "vllm",
+    version: str | None = None,
+    python: Path = Path(sys.executable),
+    public_index: str = PYPI_SIMPLE,
+    sources: PipSources = NO_SOURCES,
+    arch: str = platform.machine(),
+) -> InstallPlan:
+    tags = supported_tags(python)
+    found = [
+        candidate
+        for simple, min_isa in runnable_indexes(index, host_isa, project)
+        for candidate in candidates(simple, project, min_isa, arch)
+        if parse_wheel_filename(candidate.filename)[3] & tags
+    ]
+    chosen = choose(found, host_isa, version)
+    deps = plan_requirements(candidate_requirements(chosen))
+    pip = (str(python), "-m", "pip", "install")
+    commands, notes = [], []
+    if deps.install:
+        torch = next((r for r in deps.install if r.startswith("torch==")), None)
+        if torch and not sources.torch_index_reachable and not sources.find_links:
+            notes.append(
+                f"{torch} is not on PyPI and {sources.torch_index or 'no PyTorch index'} is "
+                "unreachable: it must come from pip's own configuration (or give --find-links)"
+            )
+        public = ("--index-url", public_index, *sources.args(torch=bool(torch)))
+        commands.append((*pip, *public, *deps.install))
+    internal = ("--index-url", chosen.simple_url, "--no-deps", f"{project}=={chosen.version}")
+    commands.append((*pip, *internal))
+    return InstallPlan(chosen=chosen, deps=deps, commands=tuple(commands), notes=tuple(notes))

@@ -1,0 +1,1 @@
+"""Shared helpers every stage uses: running programs, files, units, data files, the network."""

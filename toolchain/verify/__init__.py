@@ -1,0 +1,1 @@
+"""verify: prove an installed vLLM wheel works on this machine, check by check."""

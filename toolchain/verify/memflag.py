@@ -1,0 +1,134 @@
+"""What `--gpu-memory-utilization` reserves on vLLM's CPU backend, computed as vLLM 0.32 does.
+
+Despite its name the flag reserves that share of CPU memory (default 0.92) on the worker's NUMA
+node, at start-up: vLLM reads /sys/devices/system/node/nodeN/meminfo (MemFree + Active(file) +
+Inactive(file) + SReclaimable), falls back to system-wide numbers where the kernel exposes no node
+(containers often show none), clamps both by the cgroup limit read at the cgroup root, and refuses
+to start when ceil(total * utilization) exceeds what is available
+(vllm/utils/cpu_resource_utils.py: get_memory_node_info; vllm/v1/worker/cpu_worker.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolchain.detect.memory import parse_meminfo
+from toolchain.util.cgroup import read_int
+from toolchain.util.units import GIB, gib
+
+DEFAULT_UTILIZATION = 0.92
+V1_UNLIMITED = 1 << 62  # vLLM's own threshold for cgroup v1's "no limit"
+# What a setting must leave free when it is judged: vLLM compares at engine start, after its API,
+# engine-core and worker processes have imported torch, and verify's own venv, model and probes run
+# before that. Measured: 1.1 GiB gone between verify's check and vLLM's (docs/benchmarks.md).
+ENGINE_START_MARGIN = 2 * GIB
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeMemory:
+    node: int
+    total_bytes: int
+    available_bytes: int
+    source: str  # "node meminfo" or "system meminfo (no NUMA node exposed)"
+    # /proc/meminfo's figures, so a user sees why a large machine gets a small node budget
+    system_total_bytes: int = 0
+    system_available_bytes: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reservation:
+    utilization: float
+    requested_bytes: int
+    fits: bool  # vLLM would start with what is available now
+    leaves_margin: bool  # ... and still would after `margin_bytes` more were taken
+    margin_bytes: int
+    recommended_utilization: float
+    recommended_kvcache_gib: int
+
+
+def _node_meminfo(text: str) -> dict[str, int]:
+    """Lines like "Node 0 MemFree:  1234 kB", as bytes per key."""
+    values = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[3].isdigit():
+            values[parts[2].rstrip(":")] = int(parts[3]) * 1024
+    return values
+
+
+def _cgroup_root(cgroup_root: Path) -> tuple[int | None, int | None]:
+    """(limit, usage) where vLLM looks: the cgroup root only, v2 first, then v1."""
+    v2 = read_int(cgroup_root / "memory.max")
+    if v2 is not None:
+        return v2, read_int(cgroup_root / "memory.current")
+    v1 = read_int(cgroup_root / "memory" / "memory.limit_in_bytes")
+    if v1 is not None and v1 < V1_UNLIMITED:
+        return v1, read_int(cgroup_root / "memory" / "memory.usage_in_bytes")
+    return None, None
+
+
+def node_memory(
+    node: int = 0,
+    *,
+    nodes: Path = Path("/sys/devices/system/node"),
+    meminfo: Path = Path("/proc/meminfo"),
+    cgroup_root: Path = Path("/sys/fs/cgroup"),
+) -> NodeMemory:
+    path = nodes / f"node{node}" / "meminfo"
+    system = parse_meminfo(meminfo.read_text())
+    system_total = system["MemTotal"]
+    system_available = system.get("MemAvailable", system["MemFree"])
+    if path.is_file():
+        info = _node_meminfo(path.read_text())
+        total = info["MemTotal"]
+        available = (
+            info["MemFree"] + info["Active(file)"] + info["Inactive(file)"] + info["SReclaimable"]
+        )
+        source = "node meminfo"
+    else:
+        total, available = system_total, system_available
+        source = "system meminfo (no NUMA node exposed)"
+    limit, usage = _cgroup_root(cgroup_root)
+    if limit is not None and limit < total:
+        total = limit
+        available = max(0, min(available, limit - (usage or 0)))
+    return NodeMemory(
+        node=node,
+        total_bytes=total,
+        available_bytes=available,
+        source=source,
+        system_total_bytes=system_total,
+        system_available_bytes=system_available,
+    )
+
+
+def reservation(
+    memory: NodeMemory,
+    utilization: float = DEFAULT_UTILIZATION,
+    margin_bytes: int = ENGINE_START_MARGIN,
+) -> Reservation:
+    """Whether vLLM would start, whether it leaves `margin_bytes`, and a setting that does."""
+    requested = math.ceil(memory.total_bytes * utilization)
+    spare = max(0, memory.available_bytes - margin_bytes)
+    recommended = math.floor(spare / memory.total_bytes * 100) / 100 if memory.total_bytes else 0
+    return Reservation(
+        utilization=utilization,
+        requested_bytes=requested,
+        fits=requested <= memory.available_bytes,
+        leaves_margin=requested + margin_bytes <= memory.available_bytes,
+        margin_bytes=margin_bytes,
+        recommended_utilization=min(utilization, recommended),
+        # the KV cache alone; a GiB of the spare is left for the weights and activations
+        recommended_kvcache_gib=max(0, spare // GIB - 1),
+    )
+
+
+def describe_node(memory: NodeMemory) -> str:
+    """The node's budget beside /proc/meminfo's figures: why 23.5 GiB can mean 11.7 here."""
+    return (
+        f"NUMA node {memory.node} ({memory.source}): {gib(memory.total_bytes)} total, "
+        f"{gib(memory.available_bytes)} available (/proc/meminfo: "
+        f"{gib(memory.system_total_bytes)} total, {gib(memory.system_available_bytes)} available)"
+    )
