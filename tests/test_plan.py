@@ -197,9 +197,7 @@ def test_mirror_points_cmake_at_local_sources(host_of: Callable[..., Host]) -> N
 
 def test_recipe_patches_are_planned_for_sdists_only(host_of: Callable[..., Host]) -> None:
     result = plan(host_of("x86-zen4"))
-    assert [p.file.name for p in result.patches] == [
-        "vllm-0.32-cpu-slot-mapping-fallback.patch"
-    ]
+    assert [p.file.name for p in result.patches] == ["vllm-0.32-cpu-slot-mapping-fallback.patch"]
     assert "apply-patches" in [s.name for s in result.steps]
     checkout = plan(host_of("x86-zen4"), source_dir=Path("/src/vllm"))
     assert "apply-patches" not in [s.name for s in checkout.steps]

@@ -24,6 +24,7 @@ from urllib.parse import urldefrag, urljoin
 from toolchain.util import run
 from toolchain.util.report import reporter
 from toolchain.errors import SourceError
+from toolchain.util.simple_api import project_files
 from toolchain.util.files import CHUNK, atomic_path, sha256_file, tar_sha256
 from toolchain.plan.recipes import Recipe
 
@@ -35,49 +36,19 @@ from toolchain.plan.recipes import Recipe
 
 
 
-class _Links(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[tuple[str, str]] = []
-        self._href: str | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._href = dict(attrs).get("href")
-
-    def handle_data(self, data: str) -> None:
-        if self._href is not None:
-            self.links.append((data.strip(), self._href))
-            self._href = None
-
-
 def index_file_url(index_url: str, project: str, filename: str) -> tuple[str, str | None]:
     """(download URL, sha256 the index states) of one file, from a PEP 691 or PEP 503 page."""
     page = f"{index_url.rstrip('/')}/{project}/"
-    request = urllib.request.Request(
-        page, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"}
-    )
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            body, kind = response.read(), response.headers.get("Content-Type", "")
+        files = project_files(page)
     except OSError as exc:
         raise SourceError(
             f"cannot read the package index page {page}: {exc}",
             hint="check --index-url, or put the sdist in the --sources mirror",
         ) from exc
-    if "json" in kind:
-        for entry in json.loads(body)["files"]:
-            if entry["filename"] == filename:
-                return urljoin(page, entry["url"]), entry.get("hashes", {}).get("sha256")
-    else:
-        parser = _Links()
-        parser.feed(body.decode("utf-8", errors="replace"))
-        for text, href in parser.links:
-            url, fragment = urldefrag(urljoin(page, href))
-            if text == filename:
-                return url, fragment.removeprefix("sha256=") if fragment.startswith(
-                    "sha256="
-                ) else None
+    for found in files:
+        if found.filename == filename:
+            return found.url, found.sha256
     raise SourceError(
         f"{filename} is not on the package index page {page}",
         hint="check the recipe's sdist name, or use --source-dir",

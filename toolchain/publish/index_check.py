@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urldefrag
@@ -16,30 +15,9 @@ from urllib.parse import unquote, urldefrag
 from packaging.utils import canonicalize_name
 
 from toolchain.util.files import sha256_file
+from toolchain.util.simple_api import anchors
 
 API_META = re.compile(r'<meta name="pypi:repository-version" content="1\.\d+">')
-
-
-class _Anchors(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.anchors: list[tuple[dict[str, str | None], str]] = []
-        self._open: dict[str, str | None] | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._open = dict(attrs)
-
-    def handle_data(self, data: str) -> None:
-        if self._open is not None:
-            self.anchors.append((self._open, data))
-            self._open = None
-
-
-def anchors(text: str) -> list[tuple[dict[str, str | None], str]]:
-    parser = _Anchors()
-    parser.feed(text)
-    return parser.anchors
 
 
 def validate(root: Path) -> list[str]:

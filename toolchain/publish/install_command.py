@@ -28,16 +28,15 @@ from packaging.version import Version
 
 from toolchain.errors import PublishError
 from toolchain.publish.index import target_min_isa
-from toolchain.publish.index_check import anchors
 from toolchain.runtime_deps import PipSources, RuntimePlan, plan_requirements
 from toolchain.settings import PYPI_SIMPLE
 from toolchain.util import run
+from toolchain.util.simple_api import project_files, read_url
 from toolchain.wheelfile import metadata_requirements, requires_dist
 
 NO_VARIANT_HINT = "publish a wheel this CPU runs: build one with a lower --target (README: Targets)"
 TAGS_OF_PIP = "from pip._vendor.packaging.tags import sys_tags; print(*sys_tags())"
 NO_SOURCES = PipSources()  # pip's own configuration only
-JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,13 +69,11 @@ class InstallPlan:
         return "\n".join(lines)
 
 
-def fetch(url: str, accept: str = "*/*") -> tuple[bytes, str]:
-    """(body, content type); PublishError when the index cannot be read."""
-    request = urllib.request.Request(url, headers={"Accept": accept})
+def fetch(url: str) -> bytes:
+    """The body at `url`; PublishError when the index cannot be read."""
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.read(), response.headers.get("Content-Type", "")
-    except (urllib.error.URLError, OSError) as exc:
+        return read_url(url)[0]
+    except OSError as exc:
         raise PublishError(f"cannot read {url}: {exc}", hint="check --index") from exc
 
 
@@ -90,7 +87,7 @@ def runnable_indexes(
     """
     root = index.rstrip("/") + "/"
     try:
-        body, _ = fetch(urllib.parse.urljoin(root, "variants.json"))
+        body = fetch(urllib.parse.urljoin(root, "variants.json"))
     except PublishError:
         return [(root, None)]
     variants: dict[str, Any] = json.loads(body)["variants"]
@@ -112,27 +109,19 @@ def candidates(
     simple_url: str, project: str, min_isa: tuple[str, ...] | None = None, arch: str | None = None
 ) -> list[Candidate]:
     page_url = f"{simple_url.rstrip('/')}/{canonicalize_name(project)}/"
-    body, kind = fetch(
-        page_url + ("index.html" if page_url.startswith("file:") else ""), JSON_ACCEPT
-    )
-    if "json" in kind:  # PEP 691, from a server that negotiates
-        files = [
-            (f["filename"], f["url"], bool(f.get("core-metadata") or f.get("dist-info-metadata")))
-            for f in json.loads(body)["files"]
-        ]
-    else:  # PEP 503 HTML: a static index, or a server without JSON
-        files = [
-            (text.strip(), a.get("href") or "", bool(a.get("data-core-metadata")))
-            for a, text in anchors(body.decode())
-        ]
+    try:
+        files = project_files(page_url)
+    except OSError as exc:
+        raise PublishError(f"cannot read {page_url}: {exc}", hint="check --index") from exc
     found = []
-    for filename, href, has_metadata in files:
+    for file in files:
+        filename = file.filename
         if not filename.endswith(".whl"):
             continue
         version = Version(str(parse_wheel_filename(filename)[1]))
         local = (version.local or "").split(".")
         variant = local[1] if local[0] == "cpu" and len(local) > 1 else "portable"
-        url = urllib.parse.urldefrag(urllib.parse.urljoin(page_url, href))[0]
+        url = file.url
         found.append(
             Candidate(
                 filename=filename,
@@ -141,7 +130,7 @@ def candidates(
                 variant=variant,
                 min_isa=min_isa if min_isa is not None else target_min_isa(variant, arch) or (),
                 simple_url=simple_url,
-                metadata_url=url + ".metadata" if has_metadata else None,
+                metadata_url=url + ".metadata" if file.has_metadata else None,
             )
         )
     return found
@@ -178,9 +167,9 @@ def candidate_requirements(candidate: Candidate) -> list[str]:
     if candidate.metadata_url is None:  # pypiserver serves no metadata files: read the wheel
         with tempfile.TemporaryDirectory() as folder:
             wheel = Path(folder) / candidate.filename
-            wheel.write_bytes(fetch(candidate.url)[0])
+            wheel.write_bytes(fetch(candidate.url))
             return requires_dist(wheel)
-    return metadata_requirements(fetch(candidate.metadata_url)[0].decode())
+    return metadata_requirements(fetch(candidate.metadata_url).decode())
 
 
 def plan_install(

@@ -22,10 +22,10 @@ from typing import Any
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from toolchain.errors import ProcessFailedError, PublishError
-from toolchain.publish.index_check import anchors
 from toolchain.util import run
 from toolchain.util.files import sha256_file
 from toolchain.util.report import reporter
+from toolchain.util.simple_api import project_files
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -57,8 +57,7 @@ def existing_files(upload_url: str, project: str) -> dict[str, str]:
     """filename -> sha256 of what the server already has for `project`."""
     url = f"{simple_url(upload_url)}/{canonicalize_name(project)}/"
     try:
-        with NO_REDIRECTS.open(url, timeout=30) as response:
-            page = response.read().decode()
+        files = project_files(url, timeout=30, opener=NO_REDIRECTS)
     except urllib.error.HTTPError as exc:
         if exc.code == 404 or 300 <= exc.code < 400:  # pypiserver redirects unknown names to PyPI
             return {}
@@ -67,13 +66,7 @@ def existing_files(upload_url: str, project: str) -> dict[str, str]:
         raise PublishError(
             f"cannot reach {url}: {exc}", hint="is the index server running?"
         ) from exc
-    found = {}
-    for attrs, text in anchors(page):
-        fragment = urllib.parse.urldefrag(attrs.get("href") or "")[1]
-        found[text.strip()] = (
-            fragment.removeprefix("sha256=") if fragment.startswith("sha256=") else ""
-        )
-    return found
+    return {file.filename: file.sha256 or "" for file in files}
 
 
 def plan_upload(wheels: Sequence[Path], upload_url: str) -> tuple[list[Path], list[str]]:
