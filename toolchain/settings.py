@@ -240,3 +240,26 @@ def pip_sources(values: Mapping[str, Any]) -> PipSources:
     return PipSources(
         find_links=find_links(values), torch_index=values["torch_index"] or PYTORCH_CPU_INDEX
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishOptions:
+    """What publish and install-command take from the settings, typed."""
+
+    wheel_dir: Path
+    index_dir: Path
+    upload: str | None
+    work_dir: Path
+    index_url: str  # the public index, for install-command's requirements
+    sources: PipSources
+
+
+def publish_options(values: Mapping[str, Any]) -> PublishOptions:
+    return PublishOptions(
+        wheel_dir=Path(values["wheel_dir"]),
+        index_dir=Path(values["index_dir"]),
+        upload=values["upload"],
+        work_dir=work_dir(values),
+        index_url=values["index_url"],
+        sources=pip_sources(values),
+    )

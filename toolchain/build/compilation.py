@@ -12,18 +12,17 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolchain.errors import ProcessFailedError
-from toolchain.util.units import GIB
 from toolchain.detect.memory import read_memory
+from toolchain.errors import ProcessFailedError
 from toolchain.util.report import reporter
 from toolchain.util.run import send_signal, start_streaming, tail
+from toolchain.util.units import GIB
 
 NINJA_STEP = re.compile(r"\[(\d+)/(\d+)\]")
 COMPILERS = frozenset({"cc1plus", "cc1", "lto1", "ld", "collect2"})
@@ -139,7 +138,9 @@ def compile_logged(
         except KeyboardInterrupt:
             guard.release()  # a stopped compiler would not see SIGTERM
             _stop(process)
-            reporter.line(f"\ninterrupted: the build folder is kept, so the next run resumes ({log})")
+            reporter.line(
+                f"\ninterrupted: the build folder is kept, so the next run resumes ({log})"
+            )
             raise
         finally:
             guard.release()

@@ -7,29 +7,17 @@ compiler's programs at the unpacked loader and libraries.
 
 from __future__ import annotations
 
-import functools
 import shutil
-from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
-from toolchain.util import run
-from toolchain.util.datafile import load_toml, string, string_list, table
-from toolchain.util.report import reporter
 from toolchain.errors import ProvisionError
 from toolchain.plan.compiler import GxxRecipe, gxx_recipe, prefix_for, provisioned_gxx
+from toolchain.util import run
+from toolchain.util.report import reporter
 
 MARKER = ".vcb-provisioned"
 TRIPLETS = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
 GCC_PROGRAMS = ("cc1", "cc1plus", "collect2", "lto-wrapper", "lto1")
-
-
-
-
-
-
-
-
 
 
 def provision_gxx(work_dir: Path, arch: str, *, log: Path) -> Path:

@@ -8,32 +8,20 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 import os
 import shutil
-import tarfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from html.parser import HTMLParser
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import urldefrag, urljoin
 
-from toolchain.util import run
-from toolchain.util.report import reporter
 from toolchain.errors import SourceError
-from toolchain.util.simple_api import project_files
-from toolchain.util.files import CHUNK, atomic_path, sha256_file, tar_sha256
 from toolchain.plan.recipes import Recipe
-
-
-
-
-
-
-
+from toolchain.util import run
+from toolchain.util.files import CHUNK, atomic_path, sha256_file, tar_sha256
+from toolchain.util.report import reporter
+from toolchain.util.simple_api import project_files
 
 
 def index_file_url(index_url: str, project: str, filename: str) -> tuple[str, str | None]:
@@ -106,12 +94,6 @@ def fetch_sdist(
     return download(url, cache, sha256)
 
 
-
-
-
-
-
-
 def github_archive_url(repository: str, ref: str) -> str:
     return f"{repository.removesuffix('.git')}/archive/{ref}.tar.gz"
 
@@ -182,7 +164,9 @@ def fill_mirror(
                     ) from exc
         found = tar_sha256(final)
         if dep.tar_sha256 is None:
-            reporter.line(f'{dep.archive}: not recorded in {recipe.path.name}; add: tar_sha256 = "{found}"')
+            reporter.line(
+                f'{dep.archive}: not recorded in {recipe.path.name}; add: tar_sha256 = "{found}"'
+            )
         elif found != dep.tar_sha256:
             final.unlink()
             raise SourceError(

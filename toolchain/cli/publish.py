@@ -13,7 +13,7 @@ from toolchain.errors import UsageError
 from toolchain.publish.index import publish_index
 from toolchain.publish.install_command import plan_install
 from toolchain.publish.upload import upload
-from toolchain.settings import add_setting_flags, pip_sources, settings_named, work_dir
+from toolchain.settings import add_setting_flags, publish_options, settings_named
 from toolchain.util import run
 
 PUBLISH_FLAGS = settings_named("wheel_dir", "index_dir", "upload", "work_dir")
@@ -21,26 +21,26 @@ INSTALL_FLAGS = settings_named("index_dir", "index_url", "torch_index", "find_li
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    values = settings_values(args)
-    wheels = sorted(Path(values["wheel_dir"]).glob("*.whl"))
-    published = publish_index(wheels, Path(values["index_dir"]))
+    options = publish_options(settings_values(args))
+    wheels = sorted(options.wheel_dir.glob("*.whl"))
+    published = publish_index(wheels, options.index_dir)
     for variant in sorted({w.variant for w in published.wheels}):
         names = [w.path.name for w in published.wheels if w.variant == variant]
         print(f"{variant}/simple/: {', '.join(names)}")
     state = "written" if published.changed else "unchanged (same wheels)"
     print(f"index {published.root} -> {published.generation.name}: {state}")
-    if values["upload"]:
-        log = work_dir(values) / "upload.log"
-        report = upload(wheels, values["upload"], log)
-        print(f"uploaded to {values['upload']}: {', '.join(report.uploaded) or 'nothing new'}")
+    if options.upload:
+        log = options.work_dir / "upload.log"
+        report = upload(wheels, options.upload, log)
+        print(f"uploaded to {options.upload}: {', '.join(report.uploaded) or 'nothing new'}")
         if report.skipped:
             print(f"already there, identical: {', '.join(report.skipped)}")
     return 0
 
 
 def cmd_install_command(args: argparse.Namespace) -> int:
-    values = settings_values(args)
-    index_dir = Path(values["index_dir"])
+    options = publish_options(settings_values(args))
+    index_dir = options.index_dir
     if not args.index and not index_dir.exists():
         raise UsageError(
             f"no index at {index_dir}", hint="publish one (nox -s publish) or give --index URL"
@@ -52,12 +52,12 @@ def cmd_install_command(args: argparse.Namespace) -> int:
         project=args.package,
         version=args.version,
         python=args.python,
-        public_index=values["index_url"],
-        sources=pip_sources(values),
+        public_index=options.index_url,
+        sources=options.sources,
     )
     print(plan.render())
     if args.run:
-        log = work_dir(values) / "install.log"
+        log = options.work_dir / "install.log"
         for command in plan.commands:
             run.run_logged(list(command), log=log, what="pip install")
         print(f"installed {plan.chosen.filename} (log: {log})")

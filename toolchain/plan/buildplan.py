@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.plan.jobs import JobSizing
-from toolchain.plan.recipes import DroppedRequirement
+from toolchain.plan.recipes import DroppedRequirement, Patch
 
 
 def to_json(value: Any) -> Any:
@@ -97,13 +97,6 @@ class Dependency:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PatchFile:
-    file: Path
-    sha256: str
-    reason: str
-
-
-@dataclass(frozen=True, kw_only=True)
 class Paths:
     work_dir: Path
     build_dir: Path
@@ -139,7 +132,7 @@ class BuildPlan:
     paths: Paths
     steps: tuple[Step, ...]
     dropped_requirements: tuple[DroppedRequirement, ...] = ()
-    patches: tuple[PatchFile, ...] = ()
+    patches: tuple[Patch, ...] = ()
     cmake_min: str = ""
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
@@ -149,4 +142,8 @@ class BuildPlan:
         return self.source.path if self.source.path is not None else self.paths.src
 
     def to_json(self) -> dict[str, Any]:
-        return {f.name: to_json(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        data = {f.name: to_json(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        data["patches"] = [
+            {"file": str(p.file), "sha256": p.sha256, "reason": p.reason} for p in self.patches
+        ]
+        return data

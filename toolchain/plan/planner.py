@@ -12,7 +12,6 @@ from toolchain.plan.buildplan import (
     BuildPlan,
     Compiler,
     Dependency,
-    PatchFile,
     Paths,
     PythonChoice,
     Source,
@@ -133,9 +132,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
             recipe, options, arch, compiler, compiler_steps, third_party, torch, paths, jobs
         ),
         dropped_requirements=recipe.drop_requirements,
-        patches=tuple(
-            PatchFile(file=p.file, sha256=p.sha256, reason=p.reason) for p in recipe.patches
-        ),
+        patches=recipe.patches,
         cmake_min=recipe.cmake_min,
         warnings=tuple(warnings + deps_warnings + _patch_warnings(recipe, options)),
     )

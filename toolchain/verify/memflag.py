@@ -39,13 +39,40 @@ class NodeMemory:
 
 @dataclass(frozen=True, kw_only=True)
 class Reservation:
+    """What a setting reserves on a node, whether vLLM starts with it, and a setting that does."""
+
+    memory: NodeMemory
     utilization: float
-    requested_bytes: int
-    fits: bool  # vLLM would start with what is available now
-    leaves_margin: bool  # ... and still would after `margin_bytes` more were taken
-    margin_bytes: int
-    recommended_utilization: float
-    recommended_kvcache_gib: int
+    margin_bytes: int = ENGINE_START_MARGIN
+
+    @property
+    def requested_bytes(self) -> int:
+        return math.ceil(self.memory.total_bytes * self.utilization)
+
+    @property
+    def fits(self) -> bool:
+        """vLLM would start with what is available now."""
+        return self.requested_bytes <= self.memory.available_bytes
+
+    @property
+    def leaves_margin(self) -> bool:
+        """... and still would after `margin_bytes` more were taken."""
+        return self.requested_bytes + self.margin_bytes <= self.memory.available_bytes
+
+    @property
+    def spare_bytes(self) -> int:
+        return max(0, self.memory.available_bytes - self.margin_bytes)
+
+    @property
+    def recommended_utilization(self) -> float:
+        total = self.memory.total_bytes
+        recommended = math.floor(self.spare_bytes / total * 100) / 100 if total else 0
+        return min(self.utilization, recommended)
+
+    @property
+    def recommended_kvcache_gib(self) -> int:
+        # the KV cache alone; a GiB of the spare is left for the weights and activations
+        return max(0, self.spare_bytes // GIB - 1)
 
 
 def _node_meminfo(text: str) -> dict[str, int]:
@@ -110,19 +137,7 @@ def reservation(
     margin_bytes: int = ENGINE_START_MARGIN,
 ) -> Reservation:
     """Whether vLLM would start, whether it leaves `margin_bytes`, and a setting that does."""
-    requested = math.ceil(memory.total_bytes * utilization)
-    spare = max(0, memory.available_bytes - margin_bytes)
-    recommended = math.floor(spare / memory.total_bytes * 100) / 100 if memory.total_bytes else 0
-    return Reservation(
-        utilization=utilization,
-        requested_bytes=requested,
-        fits=requested <= memory.available_bytes,
-        leaves_margin=requested + margin_bytes <= memory.available_bytes,
-        margin_bytes=margin_bytes,
-        recommended_utilization=min(utilization, recommended),
-        # the KV cache alone; a GiB of the spare is left for the weights and activations
-        recommended_kvcache_gib=max(0, spare // GIB - 1),
-    )
+    return Reservation(memory=memory, utilization=utilization, margin_bytes=margin_bytes)
 
 
 def describe_node(memory: NodeMemory) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from toolchain.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures"
 GOLDEN = FIXTURES / "plans"
 

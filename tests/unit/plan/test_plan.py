@@ -18,8 +18,8 @@ from toolchain.plan.planner import BuildOptions, plan_build
 from toolchain.plan.recipes import load_recipe
 from toolchain.util.units import GIB
 
-RECIPES = Path(__file__).parent.parent / "recipes"
-FIXTURES = Path(__file__).parent / "fixtures"
+RECIPES = Path(__file__).resolve().parents[3] / "recipes"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 PY311 = "/opt/python3.11"
 
 

@@ -19,8 +19,8 @@ from toolchain.cli import main
 from toolchain.util.files import tar_sha256
 from toolchain.wheelfile import read_manifest, requires_dist
 
-FIXTURES = Path(__file__).parent / "fixtures"
-RECIPES = Path(__file__).parent.parent / "recipes"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 FAKE_DNNL_H = "#define FAKE_DNNL_ANSWER 42\n"
 
 

@@ -13,7 +13,7 @@ from packaging.version import Version
 from toolchain.errors import DataFileError, UsageError
 from toolchain.plan.recipes import default_recipes_dir, known_versions, load_isa_models, load_recipe
 
-RECIPES = Path(__file__).parent.parent / "recipes"
+RECIPES = Path(__file__).resolve().parents[3] / "recipes"
 
 
 def test_shipped_recipes_cover_the_required_releases() -> None:

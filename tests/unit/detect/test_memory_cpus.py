@@ -10,7 +10,7 @@ from toolchain.detect.cpus import cgroup_cpu_quota
 from toolchain.detect.memory import Memory, cgroup_memory, parse_meminfo, read_memory
 from toolchain.util.units import GIB
 
-MEMINFO = Path(__file__).parent / "fixtures" / "meminfo"
+MEMINFO = Path(__file__).resolve().parents[2] / "fixtures" / "meminfo"
 
 
 def _write(path: Path, text: str) -> None:

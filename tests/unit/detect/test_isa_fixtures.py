@@ -9,7 +9,7 @@ import pytest
 from toolchain.detect.isa import isa_table
 from toolchain.detect.proc_cpuinfo import parse_cpuinfo
 
-CPUINFO = Path(__file__).parent / "fixtures" / "cpuinfo"
+CPUINFO = Path(__file__).resolve().parents[2] / "fixtures" / "cpuinfo"
 
 X86_ALL = (
     "avx2",

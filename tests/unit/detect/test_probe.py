@@ -12,7 +12,7 @@ import pytest
 from toolchain.detect.probe import parse_probe_output, reconcile
 from toolchain.detect.proc_cpuinfo import parse_cpuinfo
 
-REPO = Path(__file__).parent.parent
+REPO = Path(__file__).resolve().parents[3]
 KNOWN = "known avx2 fma f16c avx512f avx512bw avx512vl avx512dq amx_bf16 amx_tile amx_int8"
 
 

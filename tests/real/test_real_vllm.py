@@ -20,7 +20,7 @@ from toolchain.cli import main
 from toolchain.runtime_deps import runtime_requirements
 from toolchain.wheelfile import read_manifest
 
-SCRIPTS = Path(__file__).parent.parent / "toolchain" / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "toolchain" / "verify" / "scripts"
 
 
 @pytest.mark.vllm

@@ -1,0 +1,394 @@
+"""The build steps, one function each, and the registry that `build_wheel` runs them from."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from toolchain import __version__
+from toolchain.build.compilation import MemoryGuard, compile_logged
+from toolchain.build.provision import provision_gxx
+from toolchain.build.runner import BuildRun, StepFunction, run_steps
+from toolchain.build.sources import fetch_sdist
+from toolchain.detect.tools import numa_header, tool_version
+from toolchain.errors import BuildError, SourceError, ToolchainError
+from toolchain.plan.buildplan import BuildPlan
+from toolchain.runtime_deps import PipSources
+from toolchain.util import run
+from toolchain.util.files import MARKER as UNPACK_MARKER
+from toolchain.util.files import atomic_path, sha256_file, tar_sha256, unpack_tar
+from toolchain.util.net import github_reachable
+from toolchain.util.report import duration, reporter
+from toolchain.util.units import GIB, MIB
+from toolchain.wheelfile import rewrite_wheel, wheel_version
+
+# torch's own libraries come with torch at run time; auditwheel must not copy them into the wheel.
+TORCH_LIBRARIES = (
+    "libtorch*.so*",
+    "libc10*.so*",
+    "libshm*.so*",
+    "libgomp*.so*",
+    "libtorch_python.so",
+)
+PATCHED_MARKER = ".vcb-patched"
+
+
+def fetch_source(build: BuildRun) -> None:
+    plan, source = build.plan, build.plan.source
+    if source.path is not None:
+        reporter.detail(f"building the tree at {source.path}")
+        return
+    assert source.sha256 is not None and source.cache is not None
+    sdist = fetch_sdist(
+        sdist=source.sdist,
+        sha256=source.sha256,
+        cache=source.cache,
+        index_url=build.options.index_url,
+        mirror=source.mirror,
+    )
+    reporter.detail(f"{sdist.name}: sha256 {source.sha256} matches the recipe")
+    unpack_tar(sdist, plan.paths.src, stamp=source.sha256)
+
+
+def apply_patches(build: BuildRun) -> None:
+    """Apply the recipe's patches once to the unpacked sdist; a failure forces a fresh unpack."""
+    src = build.plan.paths.src
+    marker = src / PATCHED_MARKER
+    wanted = "\n".join(p.sha256 for p in build.plan.patches)
+    if marker.is_file() and marker.read_text() == wanted:
+        reporter.detail("already applied")
+        return
+    try:
+        for patch in build.plan.patches:
+            run.run_logged(
+                ["patch", "-p1", "--forward", "--batch", "-i", patch.file],
+                log=build.log,
+                cwd=src,
+                what=f"applying {patch.file.name}",
+            )
+    except ToolchainError:
+        (src / UNPACK_MARKER).unlink(missing_ok=True)
+        raise
+    marker.write_text(wanted)
+
+
+def third_party_sources(build: BuildRun) -> None:
+    plan = build.plan
+    if any(d.mirror_file is None for d in plan.third_party):
+        if github_reachable():
+            reporter.detail("no mirror given: cmake downloads them from GitHub")
+            return
+        lines = [
+            f"  {d.archive}  tar sha256 {d.tar_sha256 or '(not recorded)'}"
+            for d in plan.third_party
+        ]
+        raise SourceError(
+            "GitHub is unreachable and no source mirror was given; cmake would fail to download:\n"
+            + "\n".join(lines),
+            hint="put those files in a folder and pass --sources DIR (or VCB_SOURCES); "
+            f"`nox -s fetch-sources -- --vllm {plan.vllm_version} --to DIR` fills one on a "
+            "connected machine",
+        )
+    for dep in plan.third_party:
+        archive, unpacked = dep.mirror_file, dep.unpacked
+        assert archive is not None and unpacked is not None
+        if dep.tar_sha256 is None:
+            raise SourceError(
+                f"the recipe records no hash for {dep.name} {dep.ref}; an "
+                "unchecked source is not used",
+                hint="run `nox -s fetch-sources` where the source is reachable "
+                "and add tar_sha256 to the recipe",
+            )
+        if not archive.is_file():
+            raise SourceError(
+                f"{archive} is missing (expected tar sha256 {dep.tar_sha256})",
+                hint=f"copy {dep.archive} of {dep.name} {dep.ref} into "
+                f"{archive.parent}, or fill it with `nox -s fetch-sources`",
+            )
+        found = tar_sha256(archive)
+        if found != dep.tar_sha256:
+            raise SourceError(
+                f"{archive} holds a tar with sha256 {found}; the recipe expects "
+                f"{dep.tar_sha256} ({dep.name} {dep.ref})",
+                hint="replace it with the archive of exactly that tag",
+            )
+        unpack_tar(archive, unpacked, stamp=found)
+        reporter.detail(f"{dep.name} {dep.ref}: hash matches, unpacked at {unpacked}")
+
+
+def provision_toolchain(build: BuildRun) -> None:
+    provision_gxx(build.plan.paths.work_dir, build.plan.arch, log=build.log)
+
+
+def check_toolchain(build: BuildRun) -> None:
+    plan = build.plan
+    version = tool_version(plan.compiler.cxx)
+    minimum = plan.compiler.minimum
+    if version is None:
+        raise BuildError(
+            f"{plan.compiler.cxx} does not run or report a version",
+            hint="check --cxx / CXX, or remove it to let the toolkit choose",
+        )
+    if minimum and Version(version) < Version(minimum):
+        raise BuildError(
+            f"{plan.compiler.cxx} is g++ {version}; vLLM {plan.vllm_version} on "
+            f"{plan.arch} needs >= {minimum}",
+            hint="unset CXX / --cxx so the toolkit provisions a new enough g++",
+        )
+    if numa_header() is None:
+        raise BuildError(
+            "numa.h is missing: vLLM's CPU backend links libnuma",
+            hint="apt-get install libnuma-dev",
+        )
+    build.facts.cxx_version = version
+    reporter.detail(f"g++ {version} at {plan.compiler.cxx}; numa.h found")
+
+
+def create_venv(build: BuildRun) -> None:
+    paths = build.plan.paths
+    if paths.venv_python.exists():
+        reporter.detail(f"reusing {paths.venv}")
+        return
+    run.run_logged(
+        [build.plan.python.interpreter, "-m", "venv", paths.venv],
+        log=build.log,
+        what="creating the build venv",
+    )
+
+
+def install_requirements(build: BuildRun) -> None:
+    plan, python, torch = build.plan, build.plan.paths.venv_python, build.plan.torch
+    pip: list[str | Path] = [python, "-m", "pip", "install", "--disable-pip-version-check"]
+    sources = PipSources(find_links=torch.find_links, torch_index=torch.index_url)
+    if not sources.torch_index_reachable:
+        reporter.detail(
+            f"{torch.index_url} is unreachable: torch must come from --find-links "
+            "or pip's own configuration"
+        )
+    run.run_logged(
+        [*pip, *sources.args(), torch.requirement],
+        log=build.log,
+        what=f"installing {torch.requirement}",
+    )
+    probe = run.capture(
+        [
+            python,
+            "-c",
+            "import json, torch; print(json.dumps([torch.__version__, torch.version.cuda]))",
+        ],
+        timeout=300,
+    )
+    version, cuda = json.loads(probe.stdout.strip().splitlines()[-1])
+    wanted = torch.version
+    if cuda is not None and not build.options.allow_cuda_torch:
+        raise BuildError(
+            f"the build venv got torch {version}, a CUDA {cuda} build: it would put "
+            "gigabytes of CUDA libraries into every CPU install",
+            hint="give the PyTorch CPU index (--torch-index) or a folder with the "
+            "+cpu wheel (--find-links); --allow-cuda-torch accepts it anyway",
+        )
+    if version != wanted:
+        raise BuildError(f"the build venv has torch {version}; the recipe pins {wanted}")
+    build.facts.torch = version
+    run.run_logged(
+        [*pip, *plan.build_requires], log=build.log, what="installing build requirements"
+    )
+    check_build_tools(build)
+
+
+def check_build_tools(build: BuildRun) -> None:
+    """cmake and ninja as the build will find them: the venv's, first on PATH."""
+    bin_dir = build.plan.paths.venv / "bin"
+    versions = {name: tool_version(bin_dir / name) for name in ("cmake", "ninja")}
+    for name, version in versions.items():
+        if version is None:
+            raise BuildError(
+                f"{bin_dir / name} is missing after installing the build requirements",
+                hint=f"check {build.log}",
+            )
+    cmake = versions["cmake"] or "0"
+    if build.plan.cmake_min and Version(cmake) < Version(build.plan.cmake_min):
+        raise BuildError(
+            f"cmake {cmake} in the build venv; vLLM {build.plan.vllm_version} needs "
+            f">= {build.plan.cmake_min}",
+            hint="check the recipe's build requirements",
+        )
+    build.facts.build_tools = versions
+    reporter.detail(f"cmake {versions['cmake']}, ninja {versions['ninja']} (from the build venv)")
+
+
+def compile_env(plan: BuildPlan) -> dict[str, str]:
+    env = {**os.environ, **plan.env}
+    env["PATH"] = f"{plan.paths.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+    return env
+
+
+def compile_step(build: BuildRun) -> None:
+    plan, dist = build.plan, build.plan.paths.build_dir / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    jobs = plan.jobs
+    margin = max(512 * MIB, jobs.reserve_bytes // 2)
+    guard = MemoryGuard(margin_bytes=margin, resume_bytes=margin + jobs.memory_per_job_bytes)
+    build.facts.compile = compile_logged(
+        [
+            plan.paths.venv_python,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-build-isolation",
+            "--no-deps",
+            "-v",
+            "-w",
+            dist,
+            plan.source_folder,
+        ],
+        env=compile_env(plan),
+        cwd=plan.source_folder,
+        log=build.log,
+        guard=guard,
+    )
+    wheels = sorted(dist.glob("*.whl"))
+    if len(wheels) != 1:
+        raise BuildError(f"the compile left {len(wheels)} wheels in {dist}, expected one")
+    if wheel_version(wheels[0]) != plan.wheel_version:
+        raise BuildError(
+            f"{wheels[0].name} is not version {plan.wheel_version}: the source did "
+            "not honour VLLM_VERSION_OVERRIDE"
+        )
+    build.facts.built_wheel = wheels[0]
+
+
+def repair(build: BuildRun) -> None:
+    """auditwheel repair: bundle what the target may lack (libnuma), never torch's libraries."""
+    plan = build.plan
+    built = build.facts.built_wheel
+    if built is None:
+        raise BuildError("repair needs the compiled wheel, but the compile step did not run")
+    out = plan.paths.build_dir / "repaired"
+    shutil.rmtree(out, ignore_errors=True)
+    site = next(plan.paths.venv.glob("lib/python*/site-packages"))
+    env = {
+        **os.environ,
+        "LD_LIBRARY_PATH": os.pathsep.join(
+            str(p) for p in (site / "torch" / "lib", site / "torch.libs") if p.is_dir()
+        ),
+    }
+    excludes = [arg for pattern in TORCH_LIBRARIES for arg in ("--exclude", pattern)]
+    run.run_logged(
+        [sys.executable, "-m", "auditwheel", "repair", "-w", out, *excludes, built],
+        log=build.log,
+        env=env,
+        what="auditwheel repair",
+    )
+    repaired = sorted(out.glob("*.whl"))
+    if len(repaired) != 1:
+        raise BuildError(f"auditwheel left {len(repaired)} wheels in {out}, expected one")
+    dropped = rewrite_wheel(
+        repaired[0],
+        drop=[d.name for d in plan.dropped_requirements],
+        manifest=manifest(build, repaired[0].name),
+    )
+    build.facts.dropped = dropped
+    for line in dropped:
+        reporter.detail(f"left out of the wheel's requirements: {line}")
+    build.facts.repaired_wheel = repaired[0]
+
+
+def manifest(build: BuildRun, wheel_name: str) -> dict[str, Any]:
+    plan, host = build.plan, build.host
+    return {
+        "tool": f"vllm-cpu-builder {__version__}",
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "wheel": wheel_name,
+        "vllm_version": plan.vllm_version,
+        "wheel_version": plan.wheel_version,
+        "recipe": Path(plan.recipe).name,
+        "source": plan.source.to_json(),
+        "third_party": [
+            {"name": d.name, "ref": d.ref, "commit": d.commit, "tar_sha256": d.tar_sha256}
+            for d in plan.third_party
+        ],
+        "target_isa": plan.target_isa,
+        "isa_model": plan.isa_model,
+        "min_isa": list(plan.min_isa),
+        "toolchain": {
+            "cxx": plan.compiler.cxx,
+            "cxx_version": build.facts.cxx_version,
+            "compiler_origin": plan.compiler.origin,
+            "python": plan.python.version,
+            "torch": build.facts.torch,
+            **build.facts.build_tools,
+        },
+        "env": plan.env,
+        "host": {
+            "arch": host.arch,
+            "cpu_model": host.cpu_model,
+            "isa_level": host.isa_level,
+            "isa": sorted(k for k, v in host.isa.items() if v),
+            "cpus_usable": host.cpus_usable,
+            "memory_total_bytes": host.memory.total_bytes,
+            "os": host.os_name,
+            "glibc": host.glibc,
+        },
+        "jobs": {"max_jobs": plan.max_jobs, "limited_by": plan.jobs.limited_by},
+        "compile": build.compile_facts(),
+        "durations_seconds": dict(build.durations),
+        "dropped_requirements": [dataclasses.asdict(d) for d in plan.dropped_requirements],
+        "patches": [{"file": p.file.name, "sha256": p.sha256} for p in plan.patches],
+    }
+
+
+def deliver(build: BuildRun) -> None:
+    """Copy the wheel and its manifest into the wheel folder; readers never see half a file."""
+    wheel, total = build.facts.repaired_wheel, time.monotonic() - build.started
+    if wheel is None:
+        raise BuildError("deliver needs the repaired wheel, but the repair step did not run")
+    folder = build.plan.paths.wheel_dir
+    final = folder / wheel.name
+    with atomic_path(final) as temporary:
+        shutil.copyfile(wheel, temporary)
+    digest = sha256_file(final)
+    record = manifest(build, wheel.name) | {
+        "wheel_sha256": digest,
+        "wheel_size_bytes": final.stat().st_size,
+        "total_seconds": round(total, 1),
+    }
+    with atomic_path(folder / f"{wheel.name}.manifest.json") as temporary:
+        temporary.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    compiled = build.facts.compile
+    peak = f", peak memory {compiled.peak_rss_bytes / GIB:.1f} GiB" if compiled else ""
+    reporter.artifact(
+        final,
+        sha256=digest,
+        size_mib=final.stat().st_size / MIB,
+        lines=[f"built in {duration(total)}{peak}"],
+    )
+    build.facts.delivered = final
+
+
+STEPS: dict[str, StepFunction] = {
+    "fetch-source": fetch_source,
+    "apply-patches": apply_patches,
+    "third-party-sources": third_party_sources,
+    "provision-toolchain": provision_toolchain,
+    "check-toolchain": check_toolchain,
+    "create-venv": create_venv,
+    "install-build-requirements": install_requirements,
+    "compile": compile_step,
+    "repair": repair,
+    "deliver": deliver,
+}
+
+
+def build_wheel(build: BuildRun) -> Path:
+    """Run every step of the plan; returns the delivered wheel."""
+    return run_steps(build, STEPS)
