@@ -101,6 +101,7 @@ def build_wheel_file(
     requires_python: str | None = None,
     files: dict[str, bytes] | None = None,
     extra_info: dict[str, bytes] | None = None,
+    tag: str = "py3-none-any",
 ) -> Path:
     """A small valid wheel (py3-none-any) with a RECORD pip checks; files default to a module."""
     import base64
@@ -117,10 +118,10 @@ def build_wheel_file(
     entries = {
         **(files if files is not None else {f"{name}/__init__.py": b"ANSWER = 42\n"}),
         f"{info}/METADATA": metadata.encode(),
-        f"{info}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: {tag}\n".encode(),
         **{f"{info}/{key}": value for key, value in (extra_info or {}).items()},
     }
-    wheel = folder / f"{name}-{version}-py3-none-any.whl"
+    wheel = folder / f"{name}-{version}-{tag}.whl"
     records = []
     with zipfile.ZipFile(wheel, "w") as archive:
         for path, data in entries.items():

@@ -78,3 +78,9 @@ class PublishError(ToolchainError):
     """The index could not be written, or an upload was refused; nothing half-done is left."""
 
     exit_code = 12
+
+
+class BusyError(ToolchainError):
+    """Another run holds the lock of the same build folder."""
+
+    exit_code = 13

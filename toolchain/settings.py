@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,11 +14,14 @@ from typing import Any
 
 from toolchain.errors import DataFileError, UsageError
 from toolchain.runtime_deps import PYTORCH_CPU_INDEX, PipSources
+from toolchain.util.datafile import load_toml
 from toolchain.util.units import MIB
+from toolchain.util.urls import checked_url
 
 ENV_PREFIX = "VCB_"
 TOML_TABLE = "vllm-cpu-builder"
 PYPI_SIMPLE = "https://pypi.org/simple"
+SETTINGS_FILE = "pyproject.toml"  # in the folder a command runs from
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,20 +133,19 @@ def add_setting_flags(parser: argparse.ArgumentParser, settings: tuple[Setting, 
 def read_toml_settings(pyproject: Path) -> dict[str, Any]:
     if not pyproject.is_file():
         return {}
-    try:
-        data = tomllib.loads(pyproject.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise DataFileError(f"{pyproject}: not valid TOML: {exc}") from exc
-    section = data.get("tool", {}).get(TOML_TABLE, {})
+    data = load_toml(pyproject)
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise DataFileError(f"{pyproject}: [tool] must be a table")
+    section = tool.get(TOML_TABLE, {})
     if not isinstance(section, dict):
         raise DataFileError(f"{pyproject}: [tool.{TOML_TABLE}] must be a table")
     return section
 
 
 def _convert(setting: Setting, value: Any, origin: str) -> Any:
+    """A value from the environment (always a string) as the setting's type; UsageError if not."""
     if setting.kind is bool:
-        if isinstance(value, bool):
-            return value
         if str(value).lower() in {"1", "true", "yes", "on", "0", "false", "no", "off"}:
             return str(value).lower() in {"1", "true", "yes", "on"}
         raise UsageError(f"{origin}: '{value}' is not true or false")
@@ -152,6 +153,16 @@ def _convert(setting: Setting, value: Any, origin: str) -> Any:
         return setting.kind(value)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"{origin}: '{value}' is not a valid {setting.kind.__name__}") from exc
+
+
+def _from_file(setting: Setting, value: Any, origin: str) -> Any:
+    """A TOML value must already have the setting's type: no `jobs = true`, `jobs = 2.9`."""
+    exact = isinstance(value, setting.kind) and (setting.kind is bool) == isinstance(value, bool)
+    if not exact:
+        raise DataFileError(
+            f"{origin} must be a {setting.kind.__name__}, not {type(value).__name__} {value!r}"
+        )
+    return value
 
 
 def resolve_settings(
@@ -165,7 +176,8 @@ def resolve_settings(
     unknown = set(file_values) - known
     if unknown:
         raise DataFileError(
-            f"[tool.{TOML_TABLE}]: unknown keys {sorted(unknown)}; known: {sorted(known)}"
+            f"{SETTINGS_FILE} [tool.{TOML_TABLE}]: unknown keys {sorted(unknown)}; "
+            f"known: {sorted(known)}"
         )
     values: dict[str, Any] = {}
     for setting in settings:
@@ -176,8 +188,10 @@ def resolve_settings(
                     value = _convert(setting, environ[var], var)
                     break
         if value is None and setting.toml_key in file_values:
-            value = _convert(
-                setting, file_values[setting.toml_key], f"[tool.{TOML_TABLE}] {setting.toml_key}"
+            value = _from_file(
+                setting,
+                file_values[setting.toml_key],
+                f"{SETTINGS_FILE} [tool.{TOML_TABLE}] {setting.toml_key}",
             )
         values[setting.name] = setting.default if value is None else value
     return values
@@ -218,6 +232,10 @@ def build_options(values: Mapping[str, Any]) -> BuildOptions:
     """Resolved settings (see `resolve_settings`) as the plan's options."""
     if values["jobs"] is not None and values["jobs"] < 1:
         raise UsageError(f"--jobs must be at least 1, not {values['jobs']}")
+    if values["reserve_mib"] < 0:
+        raise UsageError(f"--reserve-mib must be 0 or more, not {values['reserve_mib']}")
+    if values["vllm"] is not None and not values["vllm"].strip():
+        raise UsageError("--vllm is empty", hint="give a version such as 0.32.0, or leave it out")
     return BuildOptions(
         target=values["target"],
         jobs=values["jobs"],
@@ -225,12 +243,12 @@ def build_options(values: Mapping[str, Any]) -> BuildOptions:
         cxx=values["cxx"],
         sources=_optional_path(values["sources"]),
         source_dir=_optional_path(values["source_dir"]),
-        torch_index=values["torch_index"],
+        torch_index=_url(values, "torch_index"),
         find_links=find_links(values),
         work_dir=work_dir(values),
         wheel_dir=Path(values["wheel_dir"]),
         reserve_bytes=values["reserve_mib"] * MIB,
-        index_url=values["index_url"],
+        index_url=checked_url(values["index_url"], "--index-url"),
         allow_cuda_torch=values["allow_cuda_torch"],
     )
 
@@ -238,8 +256,13 @@ def build_options(values: Mapping[str, Any]) -> BuildOptions:
 def pip_sources(values: Mapping[str, Any]) -> PipSources:
     """Where pip finds torch +cpu outside a build: --find-links, the PyTorch CPU index."""
     return PipSources(
-        find_links=find_links(values), torch_index=values["torch_index"] or PYTORCH_CPU_INDEX
+        find_links=find_links(values), torch_index=_url(values, "torch_index") or PYTORCH_CPU_INDEX
     )
+
+
+def _url(values: Mapping[str, Any], name: str) -> str | None:
+    value = values[name]
+    return checked_url(value, "--" + name.replace("_", "-")) if value else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -258,8 +281,8 @@ def publish_options(values: Mapping[str, Any]) -> PublishOptions:
     return PublishOptions(
         wheel_dir=Path(values["wheel_dir"]),
         index_dir=Path(values["index_dir"]),
-        upload=values["upload"],
+        upload=_url(values, "upload"),
         work_dir=work_dir(values),
-        index_url=values["index_url"],
+        index_url=checked_url(values["index_url"], "--index-url"),
         sources=pip_sources(values),
     )

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from toolchain.errors import DataFileError
 from toolchain.util.files import atomic_path
 
 MANIFEST_NAME = "vllm_cpu_builder.json"
@@ -94,14 +95,41 @@ def _csv_lines(rows: Iterable[tuple[str, str, str]]) -> str:
     return buffer.getvalue()
 
 
+def check_wheel(wheel: Path) -> None:
+    """A readable wheel: a valid file name, a zip with one .dist-info, its METADATA, a manifest
+    (when there is one) that is a JSON object. DataFileError naming the file otherwise."""
+    try:
+        parse_wheel_filename(wheel.name)
+    except InvalidWheelFilename as exc:
+        raise DataFileError(f"{wheel}: not a wheel file name ({exc})") from exc
+    core_metadata(wheel)
+    read_manifest(wheel)
+
+
+def _read_member(wheel: Path, member: str | None) -> bytes | None:
+    """A file inside the wheel (None: METADATA's folder only checked); errors name the wheel."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            names = archive.namelist()
+            info = dist_info(names)
+            name = f"{info}/{member}"
+            return archive.read(name) if name in names else None
+    except (OSError, zipfile.BadZipFile, ValueError, KeyError, EOFError) as exc:
+        raise DataFileError(f"{wheel}: not a readable wheel ({exc})") from exc
+
+
 def read_manifest(wheel: Path) -> dict[str, Any] | None:
     """The manifest this toolkit embedded, or None for other wheels."""
-    with zipfile.ZipFile(wheel) as archive:
-        name = f"{dist_info(archive.namelist())}/{MANIFEST_NAME}"
-        if name not in archive.namelist():
-            return None
-        data: dict[str, Any] = json.loads(archive.read(name))
-        return data
+    raw = _read_member(wheel, MANIFEST_NAME)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataFileError(f"{wheel}: {MANIFEST_NAME} is not JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise DataFileError(f"{wheel}: {MANIFEST_NAME} is not a JSON object")
+    return data
 
 
 def wheel_version(wheel: Path) -> str:
@@ -110,8 +138,10 @@ def wheel_version(wheel: Path) -> str:
 
 def core_metadata(wheel: Path) -> bytes:
     """The wheel's METADATA file, as it is (what PEP 658 serves beside the wheel)."""
-    with zipfile.ZipFile(wheel) as archive:
-        return archive.read(f"{dist_info(archive.namelist())}/METADATA")
+    metadata = _read_member(wheel, "METADATA")
+    if metadata is None:
+        raise DataFileError(f"{wheel}: no METADATA in its .dist-info folder")
+    return metadata
 
 
 def metadata_requirements(metadata: str) -> list[str]:

@@ -22,6 +22,7 @@ from toolchain.detect.host import detect_host
 from toolchain.errors import PublishError
 from toolchain.publish.upload import upload
 from toolchain.verify.server import free_port
+from toolchain.wheelfile import replace_files
 
 pytestmark = pytest.mark.integration
 USER = "builder"
@@ -145,11 +146,44 @@ def test_a_failed_upload_removes_what_the_run_sent(
     broken.write_bytes(broken.read_bytes()[:200])  # twine refuses a truncated wheel
     with pytest.raises(PublishError) as failed:
         upload([good, broken], pypiserver.url, tmp_path / "upload.log")
-    assert failed.value.message.startswith(
-        f"uploading {broken.name} to {pypiserver.url} failed; removed again what this run "
-        f"sent: {good.name}"
-    )
+    assert failed.value.message.startswith(f"uploading {broken.name} to {pypiserver.url} failed")
+    assert failed.value.message.endswith(f"; removed again what this run sent: {good.name}")
     assert pypiserver.contents() == {}
+
+
+def test_a_rollback_never_removes_files_it_did_not_send(
+    tmp_path: Path, pypiserver: IndexServer, make_wheel: Callable[..., Path], capsys
+) -> None:
+    """pypiserver removes whole versions: the file that was there before must survive."""
+    there = make_wheel(
+        tmp_path / "first", "vcbdemo", "1.0+cpu.portable", tag="cp311-cp311-linux_x86_64"
+    )
+    assert _publish(tmp_path / "a", there.parent, pypiserver.url) == 0
+    before = pypiserver.contents()
+    wheels = tmp_path / "second"
+    wheels.mkdir()
+    (wheels / there.name).write_bytes(there.read_bytes())  # identical: skipped
+    sent = make_wheel(wheels, "vcbdemo", "1.0+cpu.portable", tag="cp312-cp312-linux_x86_64")
+    broken = make_wheel(wheels, "vcbdemo", "1.1+cpu.portable")
+    info = "vcbdemo-1.1+cpu.portable.dist-info"
+    replace_files(broken, {f"{info}/METADATA": b"Metadata-Version: 2.1\n"})  # twine refuses it
+    assert _publish(tmp_path / "b", wheels, pypiserver.url) == 12
+    err = capsys.readouterr().err
+    assert f"NOT removed, remove by hand: {sent.name} (the server removes whole versions" in err
+    assert there.name in err and "removed again" not in err
+    assert set(before) <= set(pypiserver.contents()), "the file of the earlier run survives"
+    assert not (tmp_path / "b" / "index").exists(), "the static index waits for the upload"
+
+
+def test_a_password_in_the_upload_url_is_never_shown(
+    tmp_path: Path, pypiserver: IndexServer, make_wheel: Callable[..., Path], capsys
+) -> None:
+    wheel = make_wheel(tmp_path / "w", "vcbdemo", "1.0+cpu.portable")
+    url = pypiserver.url.replace("http://", f"http://{USER}:not-the-password@")
+    code = _publish(tmp_path, wheel.parent, url.replace("127.0.0.1", "127.0.0.1:1", 1)[:-1] + "/")
+    out, err = capsys.readouterr()
+    assert code == 12 and "not-the-password" not in out + err
+    assert f"{USER}:***@" in err
 
 
 def test_on_a_flat_server_the_variant_this_cpu_runs_is_pinned(

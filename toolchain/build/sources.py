@@ -12,7 +12,8 @@ import os
 import shutil
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -67,10 +68,33 @@ def _copy_hashing(source: IO[bytes], out: IO[bytes], digest: Any) -> None:
         out.write(chunk)
 
 
+@contextmanager
+def file_errors_as_source_errors(where: Path) -> Iterator[None]:
+    """A full disk, a read-only or forbidden folder: one clear error, nothing half-written."""
+    try:
+        yield
+    except OSError as exc:
+        if isinstance(exc, urllib.error.URLError):
+            raise
+        raise SourceError(
+            f"could not write into {where} ({exc.strerror or exc}); nothing was kept",
+            hint="free disk space, or choose a folder you can write (--work-dir, --to)",
+        ) from exc
+
+
 def fetch_sdist(
     *, sdist: str, sha256: str, cache: Path, index_url: str, mirror: Path | None
 ) -> Path:
     """The sdist from the cache, the mirror or the index, always checked against `sha256`."""
+    with file_errors_as_source_errors(cache.parent):
+        return _fetch_sdist(
+            sdist=sdist, sha256=sha256, cache=cache, index_url=index_url, mirror=mirror
+        )
+
+
+def _fetch_sdist(
+    *, sdist: str, sha256: str, cache: Path, index_url: str, mirror: Path | None
+) -> Path:
     if cache.is_file() and sha256_file(cache) == sha256:
         reporter.detail(f"{sdist}: cached at {cache}")
         return cache
@@ -134,6 +158,18 @@ def fill_mirror(
     git_repos: Mapping[str, Path],
 ) -> None:
     """Put the sdist and every third-party archive in `folder`, each checked against the recipe."""
+    with file_errors_as_source_errors(folder):
+        _fill_mirror(recipe, folder, index_url=index_url, arches=arches, git_repos=git_repos)
+
+
+def _fill_mirror(
+    recipe: Recipe,
+    folder: Path,
+    *,
+    index_url: str,
+    arches: Sequence[str],
+    git_repos: Mapping[str, Path],
+) -> None:
     log = folder / "fetch-sources.log"
     fetch_sdist(
         sdist=recipe.sdist,

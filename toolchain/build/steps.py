@@ -25,7 +25,7 @@ from toolchain.plan.buildplan import BuildPlan
 from toolchain.runtime_deps import PipSources
 from toolchain.util import run
 from toolchain.util.files import MARKER as UNPACK_MARKER
-from toolchain.util.files import atomic_path, sha256_file, tar_sha256, unpack_tar
+from toolchain.util.files import atomic_path, exclusive_lock, sha256_file, tar_sha256, unpack_tar
 from toolchain.util.net import github_reachable
 from toolchain.util.report import duration, reporter
 from toolchain.util.units import GIB, MIB
@@ -40,6 +40,7 @@ TORCH_LIBRARIES = (
     "libtorch_python.so",
 )
 PATCHED_MARKER = ".vcb-patched"
+VENV_MARKER = ".vcb-venv-complete"
 
 
 def fetch_source(build: BuildRun) -> None:
@@ -154,15 +155,22 @@ def check_toolchain(build: BuildRun) -> None:
 
 
 def create_venv(build: BuildRun) -> None:
+    """A venv that is marked finished only once its pip runs; an unfinished one is made anew."""
     paths = build.plan.paths
-    if paths.venv_python.exists():
+    marker = paths.venv / VENV_MARKER
+    if marker.is_file():
         reporter.detail(f"reusing {paths.venv}")
         return
+    if paths.venv.exists():
+        reporter.detail(f"{paths.venv} was left unfinished (interrupted?): making it anew")
+        shutil.rmtree(paths.venv)
     run.run_logged(
         [build.plan.python.interpreter, "-m", "venv", paths.venv],
         log=build.log,
         what="creating the build venv",
     )
+    run.capture([paths.venv_python, "-m", "pip", "--version"], timeout=120)
+    marker.write_text("finished\n")
 
 
 def install_requirements(build: BuildRun) -> None:
@@ -389,6 +397,25 @@ STEPS: dict[str, StepFunction] = {
 }
 
 
+def preflight(build: BuildRun) -> None:
+    """What the user named must be there before anything is downloaded or installed."""
+    source, mirror = build.plan.source, build.plan.source.mirror
+    if source.path is not None and not source.path.is_dir():
+        raise BuildError(
+            f"--source-dir {source.path} is not a folder",
+            hint="give the vLLM checkout to build, or leave --source-dir out for the sdist",
+        )
+    if mirror is not None and not mirror.is_dir():
+        what = "a file" if mirror.exists() else "missing"
+        raise SourceError(
+            f"--sources {mirror} is {what}: it must be the mirror folder",
+            hint=f"fill one with `nox -s fetch-sources -- --vllm {build.plan.vllm_version} "
+            "--to DIR` and pass that DIR",
+        )
+
+
 def build_wheel(build: BuildRun) -> Path:
-    """Run every step of the plan; returns the delivered wheel."""
-    return run_steps(build, STEPS)
+    """Run every step of the plan, one build per build folder at a time; the delivered wheel."""
+    preflight(build)
+    with exclusive_lock(build.plan.paths.build_dir / ".vcb-build.lock", what="build-wheel"):
+        return run_steps(build, STEPS)

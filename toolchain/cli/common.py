@@ -12,7 +12,7 @@ from typing import Any
 from toolchain.detect.host import Host, detect_host
 from toolchain.errors import UsageError
 from toolchain.plan.recipes import Recipe, default_recipes_dir, known_versions, load_recipe
-from toolchain.settings import ALL_SETTINGS, read_toml_settings, resolve_settings
+from toolchain.settings import ALL_SETTINGS, SETTINGS_FILE, read_toml_settings, resolve_settings
 
 
 class Parser(argparse.ArgumentParser):
@@ -22,6 +22,8 @@ class Parser(argparse.ArgumentParser):
 
 def existing_file(value: str) -> Path:
     path = Path(value)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value}: a folder, not a file")
     if not path.is_file():
         raise argparse.ArgumentTypeError(f"{value}: no such file")
     return path
@@ -35,7 +37,7 @@ def print_json(data: object) -> None:
 def settings_values(args: argparse.Namespace) -> dict[str, Any]:
     """Every setting: flags, then VCB_* variables, then ./pyproject.toml, then defaults."""
     return resolve_settings(
-        ALL_SETTINGS, vars(args), os.environ, read_toml_settings(Path("pyproject.toml"))
+        ALL_SETTINGS, vars(args), os.environ, read_toml_settings(Path(SETTINGS_FILE))
     )
 
 

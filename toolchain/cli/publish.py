@@ -10,11 +10,12 @@ from typing import Any
 from toolchain.cli.common import settings_values
 from toolchain.detect.host import detect_host
 from toolchain.errors import UsageError
-from toolchain.publish.index import publish_index
+from toolchain.publish.index import publish_index, read_wheels
 from toolchain.publish.install_command import plan_install
 from toolchain.publish.upload import upload
 from toolchain.settings import add_setting_flags, publish_options, settings_named
 from toolchain.util import run
+from toolchain.util.urls import checked_url, redact
 
 PUBLISH_FLAGS = settings_named("wheel_dir", "index_dir", "upload", "work_dir")
 INSTALL_FLAGS = settings_named("index_dir", "index_url", "torch_index", "find_links", "work_dir")
@@ -23,29 +24,38 @@ INSTALL_FLAGS = settings_named("index_dir", "index_url", "torch_index", "find_li
 def cmd_publish(args: argparse.Namespace) -> int:
     options = publish_options(settings_values(args))
     wheels = sorted(options.wheel_dir.glob("*.whl"))
+    read_wheels(wheels)  # every wheel readable and named well before anything is sent
+    if options.upload:
+        # the upload goes first: a refused or failed upload leaves the static index as it was
+        log = options.work_dir / "upload.log"
+        report = upload(wheels, options.upload, log)
+        where = redact(options.upload)
+        print(f"uploaded to {where}: {', '.join(report.uploaded) or 'nothing new'}")
+        if report.skipped:
+            print(f"already there, identical: {', '.join(report.skipped)}")
     published = publish_index(wheels, options.index_dir)
     for variant in sorted({w.variant for w in published.wheels}):
         names = [w.path.name for w in published.wheels if w.variant == variant]
         print(f"{variant}/simple/: {', '.join(names)}")
     state = "written" if published.changed else "unchanged (same wheels)"
     print(f"index {published.root} -> {published.generation.name}: {state}")
-    if options.upload:
-        log = options.work_dir / "upload.log"
-        report = upload(wheels, options.upload, log)
-        print(f"uploaded to {options.upload}: {', '.join(report.uploaded) or 'nothing new'}")
-        if report.skipped:
-            print(f"already there, identical: {', '.join(report.skipped)}")
     return 0
 
 
 def cmd_install_command(args: argparse.Namespace) -> int:
     options = publish_options(settings_values(args))
     index_dir = options.index_dir
-    if not args.index and not index_dir.exists():
+    if not args.index and not (index_dir / "variants.json").is_file():
+        what = "no index" if not index_dir.exists() else "no index written by publish"
         raise UsageError(
-            f"no index at {index_dir}", hint="publish one (nox -s publish) or give --index URL"
+            f"{what} at {index_dir} (no variants.json)",
+            hint="publish one (nox -s publish -- --index-dir DIR) or give --index URL",
         )
-    index = args.index or index_dir.absolute().as_uri()
+    if not args.python.is_file():
+        raise UsageError(
+            f"--python {args.python}: no such file", hint="give the python to install into"
+        )
+    index = checked_url(args.index, "--index") if args.index else index_dir.absolute().as_uri()
     plan = plan_install(
         index,
         detect_host().isa,

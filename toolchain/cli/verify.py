@@ -16,12 +16,14 @@ from toolchain.errors import UsageError
 from toolchain.settings import add_setting_flags, pip_sources, settings_named, work_dir
 from toolchain.util.files import atomic_path
 from toolchain.util.units import gib
+from toolchain.util.urls import checked_url
 from toolchain.verify.flow import CHECK_NAMES, VerifyOptions, verify
 from toolchain.verify.kernels import describe, load_kernels, package_dir
 from toolchain.verify.memflag import DEFAULT_UTILIZATION, describe_node, node_memory, reservation
 from toolchain.verify.results import FAIL, render, worst
 from toolchain.verify.shadowing import check_shadowing
 from toolchain.verify.spawn_lint import lint_script
+from toolchain.wheelfile import check_wheel
 
 VERIFY_FLAGS = settings_named("find_links", "torch_index", "work_dir", "wheel_dir")
 
@@ -31,7 +33,7 @@ def cmd_lint_script(args: argparse.Namespace) -> int:
     for path in args.files:
         try:
             findings += lint_script(path)
-        except (OSError, SyntaxError) as exc:
+        except (OSError, SyntaxError, ValueError, RecursionError) as exc:
             raise UsageError(f"cannot read {path} as Python: {exc}") from exc
     for finding in findings:
         print(finding)
@@ -41,16 +43,23 @@ def cmd_lint_script(args: argparse.Namespace) -> int:
 
 
 def cmd_check_shadowing(args: argparse.Namespace) -> int:
-    problems = check_shadowing(args.folder)
-    for problem in problems:
-        print(
-            f"{problem}: Python run from {args.folder} imports it instead of the installed "
-            "vLLM (\"cannot import name 'LLM' from 'vllm' (unknown location)\"); run from "
-            "another folder or rename it"
-        )
-    if not problems:
+    shadows = check_shadowing(args.folder)
+    for shadow in shadows:
+        if shadow.wins:
+            print(
+                f"{shadow}: Python run from {args.folder} imports it instead of the installed "
+                "vLLM (\"cannot import name 'LLM' from 'vllm' (unknown location)\"); run from "
+                "another folder or rename it"
+            )
+        else:
+            print(
+                f"warning: {shadow}: an installed vLLM still wins over it, but a Python without "
+                "vLLM run there imports it and fails (\"cannot import name 'LLM' from 'vllm' "
+                '(unknown location)"); rename it'
+            )
+    if not shadows:
         print(f"ok: nothing in {args.folder} or on PYTHONPATH shadows the vllm package")
-    return 1 if problems else 0
+    return 1 if any(shadow.wins for shadow in shadows) else 0
 
 
 def cmd_check_kernels(args: argparse.Namespace) -> int:
@@ -116,11 +125,18 @@ def verify_options(args: argparse.Namespace) -> VerifyOptions:
         raise UsageError(f"unknown checks {unknown}; known: {', '.join(CHECK_NAMES)}")
     if wheel is not None and not wheel.is_file():
         raise UsageError(f"{wheel}: no such wheel")
+    if wheel is not None:
+        check_wheel(wheel)  # a wheel that cannot be read is refused before anything changes
+    if args.python is not None and not args.python.is_file():
+        raise UsageError(
+            f"--python {args.python}: no such file",
+            hint="give the python of an environment with vLLM installed (e.g. venv/bin/python)",
+        )
     return VerifyOptions(
         work_dir=work_dir(values),
         project=args.project.resolve(),
         wheel=wheel,
-        index_url=args.index,
+        index_url=checked_url(args.index, "--index") if args.index else None,
         package=args.package,
         python=args.python,
         model=args.model,

@@ -16,7 +16,8 @@ from toolchain.detect.isa import isa_table
 from toolchain.detect.memory import Memory, read_memory
 from toolchain.detect.proc_cpuinfo import CpuInfo, parse_cpuinfo
 from toolchain.detect.tools import BUILD_TOOLS, Tool, executables_on_path, find_tools, numa_header
-from toolchain.errors import UnsupportedHostError
+from toolchain.errors import DataFileError, UnsupportedHostError
+from toolchain.util.datafile import read_text
 from toolchain.util.platform import SUPPORTED_ARCHES, machine_arch
 
 PROC_CPUINFO = Path("/proc/cpuinfo")
@@ -141,7 +142,12 @@ def detect_host(
     notes: tuple[str, ...] = ()
     probe_details: dict[str, Any] | None = None
     if cpuinfo_file is not None:
-        cpu, source = parse_cpuinfo(cpuinfo_file.read_text()), "cpuinfo-file"
+        cpu, source = parse_cpuinfo(read_text(cpuinfo_file)), "cpuinfo-file"
+        if cpu.arch == "unknown":
+            raise DataFileError(
+                f"{cpuinfo_file}: not a /proc/cpuinfo dump: no 'flags' line (x86), no "
+                "'CPU implementer' (Arm), nor another architecture's lines"
+            )
         cpus, quota = cpu.processors, None
     else:
         cpu, source, notes, probe_details = _cpu_from_this_machine()

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolchain.errors import DataFileError
 from toolchain.util.cgroup import cgroup_dirs, read_int
+from toolchain.util.datafile import read_text
 from toolchain.util.units import KIB
 
 # cgroup v2 and v1 files: (limit, usage). v1 reports "no limit" as a huge page-rounded number.
@@ -64,9 +66,13 @@ def read_memory(
     cgroup_root: Path = Path("/sys/fs/cgroup"),
 ) -> Memory:
     """This machine's memory; pass proc_self_cgroup=None for a saved meminfo of another machine."""
-    info = parse_meminfo(meminfo.read_text())
-    total = info.get("MemTotal", 0)
-    available = info.get("MemAvailable", info.get("MemFree", 0))
+    info = parse_meminfo(read_text(meminfo))
+    for field in ("MemTotal", "MemAvailable"):
+        if not info.get(field):
+            raise DataFileError(
+                f"{meminfo}: no positive {field} line; not a /proc/meminfo of Linux 3.14 or newer"
+            )
+    total, available = info["MemTotal"], info["MemAvailable"]
     limit, usage = (None, None)
     if proc_self_cgroup is not None:
         limit, usage = cgroup_memory(proc_self_cgroup, cgroup_root)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import re
+import shutil
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from toolchain.detect.host import Host
+from toolchain.errors import PlanError
 from toolchain.plan.buildplan import Compiler, Step
 from toolchain.plan.recipes import Recipe
 from toolchain.settings import BuildOptions
@@ -64,6 +66,11 @@ def choose_compiler(
     minimum = recipe.gxx_min.get(host.arch)
     if options.cxx:
         cxx = options.cxx
+        if shutil.which(cxx) is None:
+            raise PlanError(
+                f"--cxx / CXX names {cxx}, which is not an executable here",
+                hint="give the path of a g++ (e.g. /usr/bin/g++-14), or leave it out",
+            )
         return Compiler(
             cxx=cxx,
             cc=_matching_cc(cxx),

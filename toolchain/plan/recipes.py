@@ -15,7 +15,15 @@ from packaging.version import InvalidVersion, Version
 
 from toolchain.detect.isa import isa_table
 from toolchain.errors import DataFileError, UsageError
-from toolchain.util.datafile import load_toml, sha256_hex, string, string_list, string_map, table
+from toolchain.util.datafile import (
+    check_keys,
+    load_toml,
+    sha256_hex,
+    string,
+    string_list,
+    string_map,
+    table,
+)
 from toolchain.util.platform import SUPPORTED_ARCHES
 from toolchain.util.units import MIB
 
@@ -101,6 +109,8 @@ def recipe_path(recipes_dir: Path, version: str) -> Path:
 
 def known_versions(recipes_dir: Path) -> list[str]:
     names = [path.stem.removeprefix("vllm-") for path in recipes_dir.glob("vllm-*.toml")]
+    for name in names:
+        _version(name, where=f"{recipe_path(recipes_dir, name)}: its name")
     return sorted(names, key=Version)
 
 
@@ -123,11 +133,37 @@ def _version(value: str, *, where: str) -> Version:
         raise DataFileError(f"{where}: '{value}' is not a version") from exc
 
 
+# Every key a recipe may have, per table: a typo (`tar_sha265`) is an error, not ignored.
+RECIPE_KEYS = {
+    "": {"vllm", "source", "python", "torch", "build", "toolchain", "isa_model", "third_party",
+         "drop_requirements", "patches"},
+    "source": {"sdist", "sha256", "git_tag"},
+    "python": {"requires", "preferred"},
+    "torch": {*SUPPORTED_ARCHES, "index"},
+    "build": {"requires", "memory_per_job_mib"},
+    "toolchain": {"gxx_min", "cmake_min"},
+    "isa_model": set(SUPPORTED_ARCHES),
+    "third_party": {"name", "arch", "repository", "ref", "commit", "archive", "tar_sha256", "env"},
+    "drop_requirements": {"name", "reason"},
+    "patches": {"file", "versions", "reason"},
+}  # fmt: skip
+
+
 def parse_recipe(data: dict[str, Any], *, path: Path, models: Mapping[str, IsaModel]) -> Recipe:
     where = str(path)
+    check_keys(data, RECIPE_KEYS[""], where=where)
     source, python = table(data, "source", where=where), table(data, "python", where=where)
     torch, build = table(data, "torch", where=where), table(data, "build", where=where)
     tools, isa = table(data, "toolchain", where=where), table(data, "isa_model", where=where)
+    for name, section in (
+        ("source", source),
+        ("python", python),
+        ("torch", torch),
+        ("build", build),
+        ("toolchain", tools),
+        ("isa_model", isa),
+    ):
+        check_keys(section, RECIPE_KEYS[name], where=f"{where} [{name}]")  # fmt: skip
     vllm = _version(string(data, "vllm", where=where), where=f"{where}: key 'vllm'")
     if path.name != f"vllm-{vllm}.toml":
         raise DataFileError(f"{where}: key 'vllm' says {vllm} but the file is named {path.name}")
@@ -137,7 +173,7 @@ def parse_recipe(data: dict[str, Any], *, path: Path, models: Mapping[str, IsaMo
         raise DataFileError(f"{where} [python]: key 'requires' is not a version range") from exc
     torch_pins = {arch: string(torch, arch, where=f"{where} [torch]") for arch in SUPPORTED_ARCHES}
     memory_mib = build.get("memory_per_job_mib")
-    if not isinstance(memory_mib, int) or memory_mib <= 0:
+    if not isinstance(memory_mib, int) or isinstance(memory_mib, bool) or memory_mib <= 0:
         raise DataFileError(f"{where} [build]: key 'memory_per_job_mib' must be a positive integer")
     isa_models = {}
     for arch in SUPPORTED_ARCHES:
@@ -153,15 +189,17 @@ def parse_recipe(data: dict[str, Any], *, path: Path, models: Mapping[str, IsaMo
         vllm=vllm,
         sdist=string(source, "sdist", where=f"{where} [source]"),
         sha256=sha256_hex(source, "sha256", where=f"{where} [source]"),
-        git_tag=source.get("git_tag"),
+        git_tag=_optional_string(source, "git_tag", where=f"{where} [source]"),
         python_requires=python_requires,
         python_preferred=string(python, "preferred", where=f"{where} [python]"),
         torch=torch_pins,
         torch_index=string(torch, "index", where=f"{where} [torch]"),
         build_requires=string_list(build, "requires", where=f"{where} [build]"),
         memory_per_job_bytes=memory_mib * MIB,
-        gxx_min=string_map(tools, "gxx_min", where=f"{where} [toolchain]"),
-        cmake_min=string(tools, "cmake_min", where=f"{where} [toolchain]"),
+        gxx_min=_versions(string_map(tools, "gxx_min", where=f"{where} [toolchain]"), where),
+        cmake_min=_versions(
+            {"cmake_min": string(tools, "cmake_min", where=f"{where} [toolchain]")}, where
+        )["cmake_min"],
         isa_models=isa_models,
         third_party=tuple(
             _third_party(entry, where=f"{where} third_party[{index}]")
@@ -169,7 +207,11 @@ def parse_recipe(data: dict[str, Any], *, path: Path, models: Mapping[str, IsaMo
         ),
         drop_requirements=tuple(
             DroppedRequirement(
-                name=string(entry, "name", where=f"{where} drop_requirements[{i}]"),
+                name=string(
+                    _checked(entry, "drop_requirements", f"{where} drop_requirements[{i}]"),
+                    "name",
+                    where=f"{where} drop_requirements[{i}]",
+                ),
                 reason=string(entry, "reason", where=f"{where} drop_requirements[{i}]"),
             )
             for i, entry in enumerate(_array(data, "drop_requirements", where))
@@ -188,7 +230,24 @@ def _array(data: dict[str, Any], key: str, where: str) -> list[dict[str, Any]]:
     return value
 
 
+def _checked(entry: dict[str, Any], kind: str, where: str) -> dict[str, Any]:
+    check_keys(entry, RECIPE_KEYS[kind], where=where)
+    return entry
+
+
+def _optional_string(data: dict[str, Any], key: str, *, where: str) -> str | None:
+    return string(data, key, where=where) if key in data else None
+
+
+def _versions(values: dict[str, str], where: str) -> dict[str, str]:
+    """Compiler and cmake minimums must be versions (`gxx_min = "twelve"` is refused)."""
+    for key, value in values.items():
+        _version(value, where=f"{where} [toolchain]: key '{key}'")
+    return values
+
+
 def _third_party(entry: dict[str, Any], *, where: str) -> ThirdParty:
+    _checked(entry, "third_party", where)
     arch = entry.get("arch")
     if arch is not None and arch not in SUPPORTED_ARCHES:
         raise DataFileError(f"{where}: key 'arch' must be one of {', '.join(SUPPORTED_ARCHES)}")
@@ -199,12 +258,13 @@ def _third_party(entry: dict[str, Any], *, where: str) -> ThirdParty:
         ref=string(entry, "ref", where=where),
         archive=string(entry, "archive", where=where),
         env=string(entry, "env", where=where),
-        commit=entry.get("commit"),
+        commit=_optional_string(entry, "commit", where=where),
         tar_sha256=sha256_hex(entry, "tar_sha256", where=where) if "tar_sha256" in entry else None,
     )
 
 
 def _patch(entry: dict[str, Any], vllm: Version, *, folder: Path, where: str) -> Patch:
+    _checked(entry, "patches", where)
     file = folder / string(entry, "file", where=where)
     if not file.is_file():
         raise DataFileError(f"{where}: key 'file': {file} does not exist")

@@ -10,7 +10,9 @@ and llama-cpp-python do), under one root:
     ROOT/VARIANT/simple/PROJECT/index.{html,json}
 
 ROOT is a symlink to a generation folder beside it; a new generation is written in full, checked,
-then swapped in with one rename, so a reader never sees half an index.
+then swapped in with one rename, so a reader never sees half an index. Writers take a lock file
+beside ROOT, one at a time; each wheel is copied (not linked), so what was validated is what is
+served even when the wheel folder changes later.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import hashlib
 import html
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -29,12 +32,14 @@ from urllib.parse import quote
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from toolchain.errors import PublishError
+from toolchain.errors import DataFileError, PublishError
 from toolchain.plan.recipes import ISA_MODELS_FILE, default_recipes_dir, load_isa_models
 from toolchain.publish.index_check import validate
-from toolchain.util.files import sha256_file
-from toolchain.wheelfile import core_metadata, read_manifest
+from toolchain.util.files import file_lock, sha256_file
+from toolchain.wheelfile import check_wheel, core_metadata, read_manifest
 
+# a variant is a folder name in the index: no path separators, no "..", nothing hidden
+VARIANT_NAME = re.compile(r"[a-z0-9][a-z0-9_]*", re.IGNORECASE)
 API_VERSION = "1.1"
 FORMAT = "vcb-index-1"  # part of each generation's name: a new layout makes a new generation
 
@@ -76,11 +81,22 @@ def variant_of(wheel: Path) -> tuple[str, tuple[str, ...]]:
         )
     manifest = read_manifest(wheel) or {}
     target = manifest.get("target_isa") or (local[1] if len(local) > 1 else "portable")
-    min_isa = manifest.get("min_isa") or target_min_isa(target) or ()
+    min_isa = manifest.get("min_isa") or target_min_isa(str(target)) or ()
+    if not isinstance(target, str) or not VARIANT_NAME.fullmatch(target):
+        raise PublishError(
+            f"{wheel.name}: target {target!r} is not a variant name (letters, digits, '_')",
+            hint="publish wheels built by `nox -s build-wheel`; nothing was published",
+        )
+    if not isinstance(min_isa, list | tuple) or not all(isinstance(f, str) for f in min_isa):
+        raise PublishError(f"{wheel.name}: its manifest's min_isa is not a list of names")
     return target, tuple(min_isa)
 
 
 def read_wheel(path: Path) -> IndexedWheel:
+    try:
+        check_wheel(path)
+    except DataFileError as exc:
+        raise PublishError(f"{exc.message}; nothing was published", hint=exc.hint) from exc
     name, version, _, _ = parse_wheel_filename(path.name)
     metadata = core_metadata(path)
     requires_python = next(
@@ -170,7 +186,9 @@ def write_generation(wheels: Sequence[IndexedWheel], folder: Path) -> None:
     files = folder / "files"
     files.mkdir(parents=True)
     for wheel in wheels:
-        _link_or_copy(wheel.path, files / wheel.path.name)
+        # a copy: a hard link would change the served file when the wheel folder's copy is
+        # overwritten in place, and pip would then reject the index's hashes
+        shutil.copyfile(wheel.path, files / wheel.path.name)
         (files / f"{wheel.path.name}.metadata").write_bytes(wheel.metadata)
     variants: dict[str, dict[str, Any]] = {}
     for variant in sorted({w.variant for w in wheels}):
@@ -200,13 +218,6 @@ def _write_pair(folder: Path, page: str, data: dict[str, Any]) -> None:
     (folder / "index.json").write_text(json.dumps(data, indent=2) + "\n")
 
 
-def _link_or_copy(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
-
-
 @dataclass(frozen=True, kw_only=True)
 class Published:
     root: Path
@@ -222,22 +233,33 @@ def publish_index(wheel_paths: Sequence[Path], root: Path) -> Published:
             f"{root} is a folder, not an index this tool made (a symlink to a generation)",
             hint="choose another --index-dir, or move that folder away",
         )
-    if not wheel_paths:
-        raise PublishError("no wheels to publish", hint="build one first: nox -s build-wheel")
-    wheels = tuple(read_wheel(path) for path in sorted(wheel_paths))
-    _refuse_duplicates(wheels)
+    wheels = read_wheels(wheel_paths)
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        with file_lock(root.with_name(f".{root.name}.lock"), waiting="another publish"):
+            return _publish_locked(wheels, root)
+    except OSError as exc:
+        now = f"{root} still serves {os.readlink(root)}" if root.is_symlink() else "no index yet"
+        raise PublishError(
+            f"could not write the index ({exc}); nothing was changed: {now}",
+            hint="free disk space or fix the folder's permissions, then publish again",
+        ) from exc
+
+
+def _publish_locked(wheels: tuple[IndexedWheel, ...], root: Path) -> Published:
     generations = root.parent / f".{root.name}.generations"
     generation = generations / generation_name(wheels)
+    _remove_leftovers(root, generations)  # of killed runs: only the lock holder writes here
     if root.is_symlink() and root.resolve() == generation.resolve() and generation.is_dir():
         return Published(root=root, generation=generation, changed=False, wheels=wheels)
     partial = generations / f".{generation.name}.{os.getpid()}.part"
-    shutil.rmtree(partial, ignore_errors=True)
     try:
         write_generation(wheels, partial)
         problems = validate(partial)
         if problems:
             raise PublishError("the new index does not validate: " + "; ".join(problems))
-        shutil.rmtree(generation, ignore_errors=True)
+        if generation.resolve() != (root.resolve() if root.is_symlink() else None):
+            shutil.rmtree(generation, ignore_errors=True)
         partial.rename(generation)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
@@ -246,8 +268,25 @@ def publish_index(wheel_paths: Sequence[Path], root: Path) -> Published:
     swap.unlink(missing_ok=True)
     swap.symlink_to(os.path.relpath(generation, root.parent))
     swap.replace(root)  # one rename: readers see the old index or the new one
-    _prune(generations, keep={generation.name, previous.name if previous else ""})
+    _prune(root, generations, keep={generation.name, previous.name if previous else ""})
     return Published(root=root, generation=generation, changed=True, wheels=wheels)
+
+
+def _remove_leftovers(root: Path, generations: Path) -> None:
+    """Partial generations and swap links of runs that were killed."""
+    for partial in generations.glob(".gen-*.part"):
+        shutil.rmtree(partial, ignore_errors=True)
+    for link in root.parent.glob(f".{root.name}.*.link"):
+        link.unlink(missing_ok=True)
+
+
+def read_wheels(wheel_paths: Sequence[Path]) -> tuple[IndexedWheel, ...]:
+    """Every wheel read and checked; PublishError naming the first that is not fit to publish."""
+    if not wheel_paths:
+        raise PublishError("no wheels to publish", hint="build one first: nox -s build-wheel")
+    wheels = tuple(read_wheel(path) for path in sorted(wheel_paths))
+    _refuse_duplicates(wheels)
+    return wheels
 
 
 def _refuse_duplicates(wheels: Sequence[IndexedWheel]) -> None:
@@ -258,8 +297,10 @@ def _refuse_duplicates(wheels: Sequence[IndexedWheel]) -> None:
             raise PublishError(f"{wheel.path.name} is given twice ({other.path}, {wheel.path})")
 
 
-def _prune(generations: Path, keep: set[str]) -> None:
-    """Remove generations older than the previous one (a reader may still be inside that)."""
+def _prune(root: Path, generations: Path, keep: set[str]) -> None:
+    """Remove generations older than the previous one (a reader may still be inside that);
+    never the one `root` points to now."""
+    keep = keep | ({root.resolve().name} if root.is_symlink() else set())
     for old in generations.iterdir():
         if old.name not in keep and old.name.startswith("gen-"):
             shutil.rmtree(old, ignore_errors=True)

@@ -90,13 +90,19 @@ def runnable_indexes(
         body = fetch(urllib.parse.urljoin(root, "variants.json"))
     except PublishError:
         return [(root, None)]
-    variants: dict[str, Any] = json.loads(body)["variants"]
-    found: list[tuple[str, tuple[str, ...] | None]] = [
-        (urllib.parse.urljoin(root, info["simple"]), tuple(info["min_isa"]))
-        for info in variants.values()
-        if canonicalize_name(project) in info["projects"]
-        and all(host_isa.get(feature) for feature in info["min_isa"])
-    ]
+    try:
+        variants: dict[str, Any] = json.loads(body)["variants"]
+        found: list[tuple[str, tuple[str, ...] | None]] = [
+            (urllib.parse.urljoin(root, info["simple"]), tuple(info["min_isa"]))
+            for info in variants.values()
+            if canonicalize_name(project) in info["projects"]
+            and all(host_isa.get(feature) for feature in info["min_isa"])
+        ]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise PublishError(
+            f"{root}variants.json is malformed ({exc!r}): not as `publish` writes it",
+            hint="publish the index again (nox -s publish), or give the variant's simple/ URL",
+        ) from exc
     if not found:
         raise PublishError(
             f"{index} has no variant this CPU runs with {project}: {sorted(variants)}",
@@ -184,12 +190,19 @@ def plan_install(
     arch: str = platform.machine(),
 ) -> InstallPlan:
     tags = supported_tags(python)
-    found = [
+    listed = [
         candidate
         for simple, min_isa in runnable_indexes(index, host_isa, project)
         for candidate in candidates(simple, project, min_isa, arch)
-        if parse_wheel_filename(candidate.filename)[3] & tags
     ]
+    found = [c for c in listed if parse_wheel_filename(c.filename)[3] & tags]
+    if listed and not found:
+        takes = sorted({t.interpreter for t in tags if t.interpreter.startswith("cp")})
+        raise PublishError(
+            f"no wheel on the index installs into {python} ({', '.join(takes)}): the Python "
+            f"tags do not match, whatever the CPU: {sorted(c.filename for c in listed)}",
+            hint="build a wheel for that Python (--python), or install into a matching one",
+        )
     chosen = choose(found, host_isa, version)
     deps = plan_requirements(candidate_requirements(chosen))
     pip = (str(python), "-m", "pip", "install")

@@ -24,8 +24,8 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from toolchain.errors import ProcessFailedError, PublishError
 from toolchain.util import run
 from toolchain.util.files import sha256_file
-from toolchain.util.report import reporter
 from toolchain.util.simple_api import project_files
+from toolchain.util.urls import redact
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -61,39 +61,46 @@ def existing_files(upload_url: str, project: str) -> dict[str, str]:
     except urllib.error.HTTPError as exc:
         if exc.code == 404 or 300 <= exc.code < 400:  # pypiserver redirects unknown names to PyPI
             return {}
-        raise PublishError(f"{url} answered {exc.code}") from exc
+        raise PublishError(f"{redact(url)} answered {exc.code}") from exc
     except OSError as exc:
         raise PublishError(
-            f"cannot reach {url}: {exc}", hint="is the index server running?"
+            redact(f"cannot reach {url}: {exc}"), hint="is the index server running?"
         ) from exc
     return {file.filename: file.sha256 or "" for file in files}
 
 
-def plan_upload(wheels: Sequence[Path], upload_url: str) -> tuple[list[Path], list[str]]:
-    """(wheels to send, names already there identically); a clash raises before any upload."""
+@dataclass(frozen=True, kw_only=True)
+class UploadPlan:
+    send: list[Path]
+    same: list[str]
+    before: dict[str, dict[str, str]]  # project -> filename -> sha256, as the server had them
+
+
+def plan_upload(wheels: Sequence[Path], upload_url: str) -> UploadPlan:
+    """What to send, what is already there identically; a clash raises before any upload."""
     send, same = [], []
-    by_project: dict[str, dict[str, str]] = {}
+    before: dict[str, dict[str, str]] = {}
     for wheel in wheels:
-        project = str(parse_wheel_filename(wheel.name)[0])
-        there = by_project.setdefault(project, existing_files(upload_url, project))
+        project = canonicalize_name(parse_wheel_filename(wheel.name)[0])
+        there = before.setdefault(project, existing_files(upload_url, project))
         if wheel.name not in there:
             send.append(wheel)
         elif there[wheel.name] == sha256_file(wheel):
             same.append(wheel.name)
         else:
             raise PublishError(
-                f"{upload_url} already has {wheel.name} with different content (sha256 "
+                f"{redact(upload_url)} already has {wheel.name} with different content (sha256 "
                 f"{there[wheel.name][:12] or 'unknown'}..., ours {sha256_file(wheel)[:12]}...): "
                 "nothing was uploaded",
                 hint="a published file never changes: bump the version or +cpu label, rebuild",
             )
-    return send, same
+    return UploadPlan(send=send, same=same, before=before)
 
 
 def upload(wheels: Sequence[Path], upload_url: str, log: Path) -> UploadReport:
-    send, same = plan_upload(wheels, upload_url)
-    report = UploadReport(skipped=same)
-    for wheel in send:
+    planned = plan_upload(wheels, upload_url)
+    report = UploadReport(skipped=planned.same)
+    for wheel in planned.send:
         try:
             run.run_logged(
                 [
@@ -111,36 +118,107 @@ def upload(wheels: Sequence[Path], upload_url: str, log: Path) -> UploadReport:
                 what=f"uploading {wheel.name}",
             )
         except ProcessFailedError as exc:
-            _roll_back(report.uploaded, upload_url)
-            raise _upload_error(exc, wheel, upload_url, report.uploaded) from exc
+            rollback = roll_back(report.uploaded, planned.before, upload_url)
+            raise _upload_error(exc, wheel, upload_url, rollback) from exc
         report.uploaded.append(wheel.name)
     return report
 
 
+@dataclass
+class Rollback:
+    removed: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)  # "NAME (why)": still on the server
+
+    def describe(self) -> str:
+        words = []
+        if self.removed:
+            words.append(f"removed again what this run sent: {', '.join(self.removed)}")
+        if self.left:
+            words.append(f"NOT removed, remove by hand: {'; '.join(self.left)}")
+        return "; ".join(words)
+
+
+def roll_back(
+    sent: Sequence[str], before: Mapping[str, Mapping[str, str]], upload_url: str
+) -> Rollback:
+    """Remove the files this run sent, and only those.
+
+    pypiserver's remove_pkg removes every file of a name and version, so a version is removed
+    only when the server held none of its files before this run; otherwise nothing of it is
+    removed and the report says what to remove by hand.
+    """
+    result = Rollback()
+    versions: dict[tuple[str, str], list[str]] = {}
+    for name in sent:
+        project_name, project_version, _, _ = parse_wheel_filename(name)
+        key = (canonicalize_name(project_name), str(project_version))
+        versions.setdefault(key, []).append(name)
+    for (project, version), names in versions.items():
+        others = [
+            other
+            for other in before.get(project, {})
+            if str(parse_wheel_filename(other)[1]) == version
+        ]
+        if others:
+            why = f"the server removes whole versions and would take {', '.join(others)} too"
+            result.left += [f"{name} ({why})" for name in names]
+            continue
+        problem = _remove_version(project, version, upload_url)
+        gone = problem or _still_there(names, project, upload_url)
+        if gone:
+            result.left += [f"{name} ({gone})" for name in names]
+        else:
+            result.removed += names
+    return result
+
+
+def _remove_version(project: str, version: str, upload_url: str) -> str:
+    """'' once the server accepted pypiserver's remove_pkg; otherwise why not."""
+    headers = _auth_header(os.environ)
+    if not headers:
+        return "no TWINE_USERNAME/TWINE_PASSWORD in the environment to remove it with"
+    body = urllib.parse.urlencode(
+        {":action": "remove_pkg", "name": project, "version": version}
+    ).encode()
+    request = urllib.request.Request(upload_url, data=body, headers=headers)
+    try:
+        urllib.request.urlopen(request, timeout=30).close()
+    except OSError as exc:
+        return redact(f"the server refused to remove it: {exc}")
+    return ""
+
+
+def _still_there(names: Sequence[str], project: str, upload_url: str) -> str:
+    try:
+        there = existing_files(upload_url, project)
+    except PublishError as exc:
+        return f"could not check that it is gone: {exc.message}"
+    return "the server still lists it" if set(names) & set(there) else ""
+
+
+def _twine_reason(message: str) -> str:
+    """The line of twine's output that says why (HTTPError, invalid metadata), if any."""
+    for line in message.splitlines():
+        if "HTTPError" in line or line.strip().startswith(("ERROR", "InvalidDistribution")):
+            return redact(line.strip())[:300]
+    return ""
+
+
 def _upload_error(
-    exc: ProcessFailedError, wheel: Path, upload_url: str, removed: Sequence[str]
+    exc: ProcessFailedError, wheel: Path, upload_url: str, rollback: Rollback
 ) -> PublishError:
-    undone = f"; removed again what this run sent: {', '.join(removed)}" if removed else ""
+    undone = f"; {rollback.describe()}" if rollback.removed or rollback.left else ""
+    url = redact(upload_url)
     if any(word in exc.message for word in AUTH_WORDS):
         return PublishError(
-            f"{upload_url} refused the credentials for {wheel.name}{undone}",
+            f"{url} refused the credentials for {wheel.name}{undone}",
             hint="set TWINE_USERNAME and TWINE_PASSWORD (or store them in keyring) for this server",
         )
-    return PublishError(f"uploading {wheel.name} to {upload_url} failed{undone}", hint=exc.hint)
-
-
-def _roll_back(names: Sequence[str], upload_url: str) -> None:
-    """Remove files this run uploaded (pypiserver's remove_pkg action)."""
-    for name in names:
-        project, version, _, _ = parse_wheel_filename(name)
-        body = urllib.parse.urlencode(
-            {":action": "remove_pkg", "name": str(project), "version": str(version)}
-        ).encode()
-        request = urllib.request.Request(upload_url, data=body, headers=_auth_header(os.environ))
-        try:
-            urllib.request.urlopen(request, timeout=30).close()
-        except OSError as exc:
-            reporter.detail(f"could not remove {name} from {upload_url} ({exc}): remove it by hand")
+    reason = _twine_reason(exc.message)
+    return PublishError(
+        f"uploading {wheel.name} to {url} failed{f' ({reason})' if reason else ''}{undone}",
+        hint=redact(exc.hint),
+    )
 
 
 def _auth_header(environ: Mapping[str, str]) -> dict[str, str]:

@@ -9,14 +9,32 @@ from typing import Any
 from toolchain.errors import DataFileError
 
 
-def load_toml(path: Path) -> dict[str, Any]:
+def read_text(path: Path) -> str:
+    """A text file as UTF-8; DataFileError naming the file when it cannot be read as such."""
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
+        return path.read_bytes().decode()
     except FileNotFoundError as exc:
         raise DataFileError(f"{path}: file not found") from exc
+    except IsADirectoryError as exc:
+        raise DataFileError(f"{path}: a folder, not a file") from exc
+    except OSError as exc:
+        raise DataFileError(f"{path}: cannot be read ({exc.strerror})") from exc
+    except UnicodeDecodeError as exc:
+        raise DataFileError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise DataFileError(f"{path}: not valid TOML: {exc}") from exc
+
+
+def check_keys(data: dict[str, Any], known: set[str], *, where: str) -> None:
+    """Refuse keys a table does not have: a typo must not pass silently."""
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise DataFileError(f"{where}: unknown keys {unknown}; known: {sorted(known)}")
 
 
 def table(data: dict[str, Any], key: str, *, where: str) -> dict[str, Any]:

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import hashlib
 import os
 import shutil
 import tarfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from toolchain.errors import BusyError, SourceError
+from toolchain.util.report import reporter
 
 CHUNK = 1 << 20
 
@@ -42,10 +47,20 @@ def tar_sha256(path: Path) -> str:
     """sha256 of the uncompressed tar stream, whichever gzip wrote the archive."""
     digest = hashlib.sha256()
     opener: Any = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
+    try:
+        with opener(path, "rb") as handle:
+            while chunk := handle.read(CHUNK):
+                digest.update(chunk)
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        raise _corrupt(path, exc) from exc
     return digest.hexdigest()
+
+
+def _corrupt(archive: Path, exc: BaseException) -> SourceError:
+    return SourceError(
+        f"{archive} cannot be read as an archive ({exc}); nothing was unpacked",
+        hint="replace it with a good copy (nox -s fetch-sources fills a mirror)",
+    )
 
 
 def unpack_tar(archive: Path, destination: Path, *, stamp: str) -> Path:
@@ -58,8 +73,11 @@ def unpack_tar(archive: Path, destination: Path, *, stamp: str) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
-        with tarfile.open(archive) as tar:
-            tar.extractall(staging, filter="data")
+        try:
+            with tarfile.open(archive) as tar:
+                tar.extractall(staging, filter="data")
+        except (tarfile.TarError, EOFError, zlib.error) as exc:
+            raise _corrupt(archive, exc) from exc
         tops = list(staging.iterdir())
         root = tops[0] if len(tops) == 1 and tops[0].is_dir() else staging
         (root / MARKER).write_text(stamp + "\n")
@@ -67,3 +85,46 @@ def unpack_tar(archive: Path, destination: Path, *, stamp: str) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return destination
+
+
+@contextmanager
+def file_lock(path: Path, *, waiting: str) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (made if missing); say so when someone else holds it.
+
+    The kernel releases the lock when its holder dies, so a killed run never blocks the next.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            reporter.detail(f"waiting for {waiting} to finish ({path})")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
+def exclusive_lock(path: Path, *, what: str) -> Iterator[None]:
+    """Hold an exclusive lock on `path`, or refuse at once when another run holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise BusyError(
+                f"another {what} is running in {path.parent} ({holder})",
+                hint="wait for it to finish, or use another --work-dir",
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from toolchain.errors import ProcessFailedError, ToolMissingError
 from toolchain.util.report import reporter
+from toolchain.util.urls import redact
 
 # How to get a program a step needs, in the words of a Debian or PyPI user.
 INSTALL_HINTS = {
@@ -86,12 +87,13 @@ def announce(argv: Sequence[str | Path], env: Mapping[str, str] | None = None) -
     """Print the command shell-quoted, after the environment variables it changes."""
     changes = changed_env(env) if env is not None else {}
     prefix = " ".join(f"{key}={shlex.quote(value)}" for key, value in sorted(changes.items()))
-    reporter.line(f"+ {prefix + ' ' if prefix else ''}{shlex.join(str(arg) for arg in argv)}")
+    command = redact(shlex.join(str(arg) for arg in argv))
+    reporter.line(f"+ {redact(prefix) + ' ' if prefix else ''}{command}")
 
 
 def tail(path: Path, lines: int = 30) -> str:
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        return redact("\n".join(path.read_text(errors="replace").splitlines()[-lines:]))
     except OSError:
         return "(no log)"
 
@@ -109,7 +111,7 @@ def run_logged(
     announce(resolved, env)
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as handle:
-        handle.write(f"\n+ {shlex.join(resolved)}\n")
+        handle.write(f"\n+ {redact(shlex.join(resolved))}\n")
         handle.flush()
         done = subprocess.run(
             resolved,

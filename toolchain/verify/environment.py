@@ -15,19 +15,23 @@ from toolchain.runtime_deps import PipSources, RuntimePlan, runtime_requirements
 from toolchain.util import run
 from toolchain.verify.kernels import SIGILL_CODES
 from toolchain.verify.results import CheckResult, Findings
+from toolchain.wheelfile import check_wheel
 
 PROBE = Path(__file__).parent / "scripts" / "probe_env.py"
 
 
 def wheel_from_index(index_url: str, package: str, dest: Path, log: Path) -> Path:
-    """Download the wheel pip would pick for this machine from `index_url`."""
-    dest.mkdir(parents=True, exist_ok=True)
+    """Download the wheel pip would pick for this machine from `index_url`, and from no other
+    index: --isolated keeps pip's configured extra indexes and find-links out of this call."""
+    shutil.rmtree(dest, ignore_errors=True)  # the wheel of an earlier run is not this one
+    dest.mkdir(parents=True)
     run.run_logged(
         [
             sys.executable,
             "-m",
             "pip",
             "download",
+            "--isolated",
             "--no-deps",
             "--only-binary",
             ":all:",
@@ -70,6 +74,7 @@ def interpreter_for(wheel: Path) -> str:
 
 def create_env(wheel: Path, venv: Path, sources: PipSources, log: Path) -> RuntimePlan:
     """A new venv at `venv` (any old one removed) with the wheel and its requirements."""
+    check_wheel(wheel)  # before the old venv goes: a wheel that cannot be read changes nothing
     shutil.rmtree(venv, ignore_errors=True)
     run.run_logged([interpreter_for(wheel), "-m", "venv", venv], log=log, what="creating the venv")
     deps = runtime_requirements(wheel)

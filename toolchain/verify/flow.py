@@ -234,7 +234,7 @@ def generate_with_retry(engine: Engine, attempts: list[dict[str, Any]]) -> Check
 def _lint(scripts: tuple[Path, ...]) -> list[Finding]:
     try:
         return [finding for script in scripts for finding in lint_script(script)]
-    except (OSError, SyntaxError) as exc:
+    except (OSError, SyntaxError, ValueError, RecursionError) as exc:
         raise UsageError(f"cannot read a --script as Python: {exc}") from exc
 
 

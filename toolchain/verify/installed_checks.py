@@ -95,7 +95,7 @@ def check_import(
 ) -> CheckResult:
     """Nothing in the user's folder shadows vllm; vLLM picks its CPU platform; names intact."""
     found = Findings()
-    shadows = check_shadowing(project, env.get("PYTHONPATH", ""))
+    shadows = [str(shadow) for shadow in check_shadowing(project, env.get("PYTHONPATH", ""))]
     location = find_package(python, project, env)
     if location != facts["vllm_package"]:
         found.fail(

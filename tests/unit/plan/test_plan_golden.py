@@ -33,12 +33,12 @@ CASES = {
     "graviton3-0.32.0-cxx-source-dir": (
         "arm-graviton3",
         "buildhost-24g",
-        {"g++": "12.2.0\n"},
+        {"g++": "12.2.0\n", "g++-14": "14.2.0\n"},
         [
             "--vllm",
             "0.32.0",
             "--cxx",
-            "/usr/bin/g++-14",
+            "g++-14",  # must exist since the plan checks it (issue #12)
             "--jobs",
             "4",
             "--source-dir",

@@ -37,6 +37,15 @@ def _script(tmp_path: Path, text: str) -> Path:
         ),
         ("from vllm import LLM\nclass Holder:\n    engine = LLM('m')\n", [3]),
         ("from vllm import LLM\nif True:\n    llm = LLM('m')\n", [3]),
+        # issue #12: what the first version missed
+        ("from vllm import LLM\nif __name__ != '__main__':\n    llm = LLM('m')\n", [3]),
+        ("from vllm import LLM\nif __name__ == '__main__':\n    pass\nelse:\n    LLM('m')\n", [5]),
+        ("from vllm import LLM\ndef run(engine=LLM('m')):\n    return engine\n", [2]),
+        ("from vllm import LLM\n@register(LLM('m'))\ndef run():\n    pass\n", [2]),
+        ("import vllm\nengine = getattr(vllm, 'LLM')('m')\n", [2]),
+        ("exec(\"from vllm import LLM\\nLLM('m')\")\n", [1]),
+        ("from vllm import *\nllm = LLM('m')\n", [2]),
+        ("from vllm import LLM\nmake = lambda: LLM('m')\nllm = make()\n", [3]),
     ],
 )
 def test_engine_started_at_import_is_found(tmp_path: Path, source: str, lines: list[int]) -> None:
@@ -53,10 +62,41 @@ def test_engine_started_at_import_is_found(tmp_path: Path, source: str, lines: l
         "from mylib import LLM\nllm = LLM()\n",  # not vLLM's
         "import vllm\nclass Runner:\n    def start(self):\n        return vllm.LLM('m')\n",
         "# LLM('m') in a comment\ntext = \"LLM('m')\"\n",
+        "from vllm import LLM\nmake = lambda: LLM('m')\n",  # a lambda body runs when called
+        "from vllm import LLM\nif True:\n    def make():\n        return LLM('m')\n",
+        "from vllm import LLM\nif __name__ != '__main__':\n    pass\nelse:\n    LLM('m')\n",
     ],
 )
 def test_guarded_or_unrelated_code_passes(tmp_path: Path, source: str) -> None:
     assert lint_script(_script(tmp_path, source)) == []
+
+
+def test_a_coding_line_is_honoured_and_bad_bytes_are_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    latin = tmp_path / "latin.py"
+    latin.write_bytes(
+        b"# -*- coding: latin-1 -*-\nfrom vllm import LLM\nname = '\xe9'\nLLM(name)\n"
+    )
+    assert [f.line for f in lint_script(latin)] == [4]
+    broken = tmp_path / "broken.py"
+    broken.write_bytes(b"x = '\xff\xfe'\n")  # not UTF-8 and no coding line
+    assert main(["lint-script", str(broken)]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_a_long_call_chain_is_linted_in_linear_time(tmp_path: Path) -> None:
+    """2,000 functions each calling the next, the last starting an engine: one pass, not N."""
+    import time
+
+    count = 2000
+    lines = ["from vllm import LLM", f"def f{count}():\n    return LLM('m')"]
+    lines += [f"def f{i}():\n    return f{i + 1}()" for i in range(count - 1, -1, -1)]
+    script = tmp_path / "chain.py"
+    script.write_text("\n".join([*lines, "f0()\n"]))
+    started = time.monotonic()
+    assert [f.line for f in lint_script(script)] == [len(script.read_text().splitlines())]
+    assert time.monotonic() - started < 2.0  # the quadratic version took 25 s
 
 
 def test_lint_command_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -79,10 +119,35 @@ def test_shadowing_folder_module_and_pythonpath(tmp_path: Path) -> None:
     extra = tmp_path / "extra"
     extra.mkdir()
     (extra / "vllm.py").write_text("")
-    problems = check_shadowing(project, pythonpath=str(extra))
+    problems = [str(shadow) for shadow in check_shadowing(project, pythonpath=str(extra))]
     assert any("namespace package" in p for p in problems)
     assert any("vllm.py is a module named vllm" in p for p in problems)
     assert check_shadowing(tmp_path / "extra" / "..", pythonpath="") == []
+
+
+def test_an_extension_module_shadows_and_a_bad_folder_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    (tmp_path / "vllm.so").write_bytes(b"\x7fELF")  # Python imports a plain vllm.so too
+    assert [s.kind for s in check_shadowing(tmp_path, pythonpath="")] == ["an extension module"]
+    assert main(["check-shadowing", str(tmp_path)]) == 1
+    file = tmp_path / "a-file"
+    file.write_text("")
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for bad in (tmp_path / "missing", file, loop):
+        assert main(["check-shadowing", str(bad)]) == 2
+        assert "error:" in capsys.readouterr().err
+
+
+def test_a_namespace_folder_only_warns_as_in_verify(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    (tmp_path / "vllm").mkdir()
+    assert main(["check-shadowing", str(tmp_path)]) == 0
+    assert "warning: " in capsys.readouterr().out
 
 
 def test_check_shadowing_command(

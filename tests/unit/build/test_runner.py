@@ -1,0 +1,113 @@
+"""The build runner: one build per build folder at a time, every planned step has code, an
+interrupted venv is made anew, and what the user named is checked before anything runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from toolchain.build import steps as steps_module
+from toolchain.build.runner import BuildRun, check_registry
+from toolchain.build.steps import STEPS, build_wheel, create_venv
+from toolchain.detect.host import Host, detect_host
+from toolchain.errors import BuildError, BusyError, SourceError
+from toolchain.plan.buildplan import BuildPlan, Step
+from toolchain.plan.planner import plan_build
+from toolchain.plan.recipes import default_recipes_dir, load_recipe
+from toolchain.settings import BuildOptions
+
+
+@pytest.fixture
+def build_of(fake_programs, cpuinfo_file, tmp_path: Path) -> Callable[..., BuildRun]:
+    fake_programs.add("g++-13", "13.2.0\n")
+    fake_programs.add("python3.11", "")
+    host: Host = detect_host(cpuinfo_file=cpuinfo_file("x86-zen4"))
+
+    def make(**options: object) -> BuildRun:
+        chosen = BuildOptions(work_dir=tmp_path / "work", wheel_dir=tmp_path / "wheels", **options)  # type: ignore[arg-type]
+        plan = plan_build(host, load_recipe(default_recipes_dir(), "0.32.0"), chosen)
+        return BuildRun(plan=plan, host=host, options=chosen)
+
+    return make
+
+
+def test_a_second_build_in_the_same_folder_is_refused_while_the_first_runs(
+    build_of: Callable[..., BuildRun], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def fake_compile(build: BuildRun) -> None:
+        started.set()
+        assert release.wait(30)
+
+    def deliver(build: BuildRun) -> None:
+        build.facts.delivered = tmp_path / "vllm.whl"
+
+    registry = {name: (lambda build: None) for name in STEPS}
+    registry |= {"compile": fake_compile, "deliver": deliver}
+    monkeypatch.setattr(steps_module, "STEPS", registry)
+    source = tmp_path / "src"
+    source.mkdir()
+    first, second = build_of(source_dir=source), build_of(source_dir=source)
+    results: list[Path] = []
+    thread = threading.Thread(target=lambda: results.append(build_wheel(first)))
+    thread.start()
+    assert started.wait(30)
+    with pytest.raises(BusyError, match=r"another build-wheel is running in .* \(pid \d+\)"):
+        build_wheel(second)
+    release.set()
+    thread.join(30)
+    assert results == [tmp_path / "vllm.whl"]
+    assert BusyError.exit_code == 13
+
+
+def test_a_step_the_toolkit_cannot_run_is_an_error_not_a_skip(
+    build_of: Callable[..., BuildRun],
+) -> None:
+    build = build_of()
+    plan: BuildPlan = dataclasses.replace(
+        build.plan, steps=(*build.plan.steps, Step(name="complie", summary="a typo"))
+    )
+    with pytest.raises(BuildError, match="cannot run: complie"):
+        check_registry(plan, STEPS)
+
+
+def test_what_the_user_named_is_checked_before_anything_runs(
+    build_of: Callable[..., BuildRun], tmp_path: Path
+) -> None:
+    with pytest.raises(BuildError, match=r"--source-dir .* is not a folder"):
+        build_wheel(build_of(source_dir=tmp_path / "missing"))
+    mirror = tmp_path / "mirror.tar"
+    mirror.write_text("")
+    with pytest.raises(SourceError, match=r"--sources .* is a file: it must be the mirror folder"):
+        build_wheel(build_of(sources=mirror))
+    assert not (tmp_path / "work" / "builds").exists(), "nothing was started"
+
+
+def test_an_interrupted_venv_is_made_anew(
+    build_of: Callable[..., BuildRun], fake_programs, tmp_path: Path
+) -> None:
+    build = build_of()
+    venv = build.plan.paths.venv
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")  # Ctrl-C during `python -m venv`: no pip
+
+    def make_venv(argv: list[str]) -> tuple[int, str]:
+        python = Path(argv[3]) / "bin" / "python"
+        python.parent.mkdir(parents=True)
+        python.write_text("")
+        python.chmod(0o755)
+        return 0, ""
+
+    fake_programs.add("python3.11", answer=make_venv)
+    fake_programs.add("python", "pip 24.0\n")
+    create_venv(build)
+    assert (venv / ".vcb-venv-complete").is_file()
+    made = [c for c in fake_programs.calls if c[1:3] == ["-m", "venv"]]
+    assert len(made) == 1, "the unfinished venv was replaced, not reused"
+    create_venv(build)
+    assert len([c for c in fake_programs.calls if c[1:3] == ["-m", "venv"]]) == 1
