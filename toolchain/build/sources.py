@@ -87,35 +87,27 @@ def fetch_sdist(
 ) -> Path:
     """The sdist from the cache, the mirror or the index, always checked against `sha256`."""
     with file_errors_as_source_errors(cache.parent):
-        return _fetch_sdist(
-            sdist=sdist, sha256=sha256, cache=cache, index_url=index_url, mirror=mirror
-        )
-
-
-def _fetch_sdist(
-    *, sdist: str, sha256: str, cache: Path, index_url: str, mirror: Path | None
-) -> Path:
-    if cache.is_file() and sha256_file(cache) == sha256:
-        reporter.detail(f"{sdist}: cached at {cache}")
-        return cache
-    if mirror is not None and (mirror / sdist).is_file():
-        found = sha256_file(mirror / sdist)
-        if found != sha256:
+        if cache.is_file() and sha256_file(cache) == sha256:
+            reporter.detail(f"{sdist}: cached at {cache}")
+            return cache
+        if mirror is not None and (mirror / sdist).is_file():
+            found = sha256_file(mirror / sdist)
+            if found != sha256:
+                raise SourceError(
+                    f"{mirror / sdist} has sha256 {found}, the recipe expects {sha256}",
+                    hint="replace it with the file from PyPI",
+                )
+            with atomic_path(cache) as temporary:
+                shutil.copyfile(mirror / sdist, temporary)
+            return cache
+        project = sdist.split("-")[0]
+        url, stated = index_file_url(index_url, project, sdist)
+        if stated is not None and stated != sha256:
             raise SourceError(
-                f"{mirror / sdist} has sha256 {found}, the recipe expects {sha256}",
-                hint="replace it with the file from PyPI",
+                f"the index states sha256 {stated} for {sdist}; the recipe expects {sha256}",
+                hint="use the recipe's index, or fix the recipe",
             )
-        with atomic_path(cache) as temporary:
-            shutil.copyfile(mirror / sdist, temporary)
-        return cache
-    project = sdist.split("-")[0]
-    url, stated = index_file_url(index_url, project, sdist)
-    if stated is not None and stated != sha256:
-        raise SourceError(
-            f"the index states sha256 {stated} for {sdist}; the recipe expects {sha256}",
-            hint="use the recipe's index, or fix the recipe",
-        )
-    return download(url, cache, sha256)
+        return download(url, cache, sha256)
 
 
 def github_archive_url(repository: str, ref: str) -> str:
@@ -159,55 +151,47 @@ def fill_mirror(
 ) -> None:
     """Put the sdist and every third-party archive in `folder`, each checked against the recipe."""
     with file_errors_as_source_errors(folder):
-        _fill_mirror(recipe, folder, index_url=index_url, arches=arches, git_repos=git_repos)
-
-
-def _fill_mirror(
-    recipe: Recipe,
-    folder: Path,
-    *,
-    index_url: str,
-    arches: Sequence[str],
-    git_repos: Mapping[str, Path],
-) -> None:
-    log = folder / "fetch-sources.log"
-    fetch_sdist(
-        sdist=recipe.sdist,
-        sha256=recipe.sha256,
-        cache=folder / recipe.sdist,
-        index_url=index_url,
-        mirror=None,
-    )
-    reporter.line(f"{recipe.sdist}: sha256 {recipe.sha256}")
-    deps = {dep.archive: dep for arch in arches for dep in recipe.third_party_for(arch)}
-    for dep in deps.values():
-        final = folder / dep.archive
-        if dep.name in git_repos:
-            _git_archive(
-                git_repos[dep.name], dep.ref, f"{dep.name}-{dep.ref.removeprefix('v')}", final, log
-            )
-        else:
-            url = github_archive_url(dep.repository, dep.ref)
-            reporter.detail(f"downloading {url}")
-            with atomic_path(final) as temporary:
-                try:
-                    urllib.request.urlretrieve(url, temporary)
-                except OSError as exc:
-                    raise SourceError(
-                        f"download of {url} failed: {exc}",
-                        hint=f"on a machine without GitHub, pass --git "
-                        f"{dep.name}=<a clone of {dep.repository}>",
-                    ) from exc
-        found = tar_sha256(final)
-        if dep.tar_sha256 is None:
-            reporter.line(
-                f'{dep.archive}: not recorded in {recipe.path.name}; add: tar_sha256 = "{found}"'
-            )
-        elif found != dep.tar_sha256:
-            final.unlink()
-            raise SourceError(
-                f"{dep.name} {dep.ref} has tar sha256 {found}; the recipe expects "
-                f"{dep.tar_sha256}; nothing was kept"
-            )
-        else:
-            reporter.line(f"{dep.archive}: tar sha256 {found} matches the recipe")
+        log = folder / "fetch-sources.log"
+        fetch_sdist(
+            sdist=recipe.sdist,
+            sha256=recipe.sha256,
+            cache=folder / recipe.sdist,
+            index_url=index_url,
+            mirror=None,
+        )
+        reporter.line(f"{recipe.sdist}: sha256 {recipe.sha256}")
+        deps = {dep.archive: dep for arch in arches for dep in recipe.third_party_for(arch)}
+        for dep in deps.values():
+            final = folder / dep.archive
+            if dep.name in git_repos:
+                _git_archive(
+                    git_repos[dep.name],
+                    dep.ref,
+                    f"{dep.name}-{dep.ref.removeprefix('v')}",
+                    final,
+                    log,
+                )
+            else:
+                url = github_archive_url(dep.repository, dep.ref)
+                reporter.detail(f"downloading {url}")
+                with atomic_path(final) as temporary:
+                    try:
+                        urllib.request.urlretrieve(url, temporary)
+                    except OSError as exc:
+                        raise SourceError(
+                            f"download of {url} failed: {exc}",
+                            hint=f"on a machine without GitHub, pass --git "
+                            f"{dep.name}=<a clone of {dep.repository}>",
+                        ) from exc
+            found = tar_sha256(final)
+            if dep.tar_sha256 is None:
+                recorded = f'add: tar_sha256 = "{found}"'
+                reporter.line(f"{dep.archive}: not recorded in {recipe.path.name}; {recorded}")
+            elif found != dep.tar_sha256:
+                final.unlink()
+                raise SourceError(
+                    f"{dep.name} {dep.ref} has tar sha256 {found}; the recipe expects "
+                    f"{dep.tar_sha256}; nothing was kept"
+                )
+            else:
+                reporter.line(f"{dep.archive}: tar sha256 {found} matches the recipe")
