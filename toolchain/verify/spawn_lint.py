@@ -9,6 +9,9 @@ in one pass over the tree plus one over the calls between the script's own funct
 from __future__ import annotations
 
 import ast
+import bisect
+import io
+import tokenize
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,76 +114,96 @@ class _Names:
                         self.engines.add(alias.asname or alias.name)
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Call:
+    """What lint needs of one call, so a statement's tree can be dropped once it is read."""
+
+    line: int
+    callee: str  # `a.b.c`, or '' when the callee is not a name chain
+    getattr_of: str = ""  # X of `getattr(X, "LLM")(...)` (or of `getattr(X, "from_...")`)
+    code: str | None = None  # the literal that exec/eval runs
+
+
+def _describe(call: ast.Call, offset: int) -> _Call:
+    callee, node = _dotted(call.func), call.func
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    getattr_of = ""
+    if isinstance(node, ast.Call) and _dotted(node.func) == "getattr" and len(node.args) >= 2:
+        name = node.args[1]
+        if isinstance(name, ast.Constant) and (
+            name.value in ENGINE_NAMES or str(name.value).startswith("from_")
+        ):
+            getattr_of = _dotted(node.args[0]) or "?"
+    code = None
+    if callee in RUNS_CODE and call.args and isinstance(call.args[0], ast.Constant):
+        code = str(call.args[0].value)
+    return _Call(line=call.lineno + offset, callee=callee, getattr_of=getattr_of, code=code)
+
+
+def _calls(nodes: Sequence[ast.AST], offset: int) -> list[_Call]:
+    return [_describe(node, offset) for node in runs(nodes) if isinstance(node, ast.Call)]
+
+
+@dataclass
 class _Script:
-    def __init__(self, tree: ast.Module) -> None:
-        self.names = _Names()
-        self.names.add(tree)
-        self.functions = _module_functions(tree)
-        self.starting: set[str] = set()
-        self.starting = self._starting_functions()
+    """What a script does at import time and what each of its top-level functions calls."""
 
-    def _getattr_engine(self, node: ast.expr) -> bool:
-        """`getattr(vllm, "LLM")` (or of an engine class) as the callee, or the base of one."""
-        while isinstance(node, ast.Attribute):
-            node = node.value
-        if not (isinstance(node, ast.Call) and _dotted(node.func) == "getattr"):
-            return False
-        args = node.args
-        return (
-            len(args) >= 2
-            and isinstance(args[1], ast.Constant)
-            and (args[1].value in ENGINE_NAMES or str(args[1].value).startswith("from_"))
-            and _dotted(args[0]).split(".")[0] in self.names.modules | self.names.engines
-        )
+    names: _Names = field(default_factory=_Names)
+    functions: dict[str, list[_Call]] = field(default_factory=dict)
+    at_import: list[_Call] = field(default_factory=list)
+    starting: set[str] = field(default_factory=set)
 
-    def is_engine_call(self, call: ast.Call) -> bool:
-        parts = _dotted(call.func).split(".")
-        if parts[0] in self.names.engines or self._getattr_engine(call.func):
+    def read(self, tree: ast.Module, offset: int = 0, *, imports_vllm: bool = True) -> None:
+        """Take in one top-level statement (or several); its tree is not kept."""
+        if imports_vllm:  # a batch whose text never says vllm imports nothing from it
+            self.names.add(tree)
+        functions = _module_functions(tree)
+        for name, function in functions.items():
+            body = function.body if isinstance(function.body, list) else [function.body]
+            self.functions[name] = _calls(body, offset)
+        self.at_import += _calls(tree.body, offset)
+
+    def is_engine_call(self, call: _Call) -> bool:
+        parts = call.callee.split(".")
+        if parts[0] in self.names.engines:
+            return True
+        if call.getattr_of.split(".")[0] in self.names.modules | self.names.engines:
             return True
         if parts[0] in self.names.modules and any(p in ENGINE_NAMES for p in parts[1:]):
             return True
-        if len(parts) == 1 and parts[0] in RUNS_CODE:
-            return self._code_starts(call)
+        if call.code is not None:
+            return self._code_starts(call.code)
         return len(parts) == 1 and parts[0] in self.starting
 
-    def _code_starts(self, call: ast.Call) -> bool:
+    def _code_starts(self, code: str) -> bool:
         """exec/eval of a literal string that starts an engine when run."""
-        if not call.args or not isinstance(call.args[0], ast.Constant):
-            return False
         try:
-            inner = ast.parse(str(call.args[0].value))
+            inner = ast.parse(code)
         except (SyntaxError, ValueError):
             return False
         self.names.add(inner)
-        return bool(self.starts_in(inner.body))
+        return any(self.is_engine_call(call) for call in _calls(inner.body, 0))
 
-    def starts_in(self, nodes: Sequence[ast.AST]) -> list[ast.Call]:
-        return [n for n in runs(nodes) if isinstance(n, ast.Call) and self.is_engine_call(n)]
-
-    def _starting_functions(self) -> set[str]:
+    def find_starting(self) -> None:
         """The script's functions that start an engine when called, directly or through others:
-        one walk of each body, then a breadth-first pass over who calls whom (linear)."""
+        one look at each function's calls, then a breadth-first pass over who calls whom."""
         callers: dict[str, set[str]] = {name: set() for name in self.functions}
         queue = []
-        for name, function in self.functions.items():
-            body = function.body if isinstance(function.body, list) else [function.body]
+        for name, calls in self.functions.items():
             direct = False
-            for node in runs(body):
-                if not isinstance(node, ast.Call):
-                    continue
-                callee = _dotted(node.func)
-                if callee in callers:
-                    callers[callee].add(name)
-                elif not direct and self.is_engine_call(node):
+            for call in calls:
+                if call.callee in callers:
+                    callers[call.callee].add(name)
+                elif not direct and self.is_engine_call(call):
                     direct = True
             if direct:
                 queue.append(name)
-        starting = set(queue)
+        self.starting = set(queue)
         while queue:
-            for caller in callers[queue.pop()] - starting:
-                starting.add(caller)
+            for caller in callers[queue.pop()] - self.starting:
+                self.starting.add(caller)
                 queue.append(caller)
-        return starting
 
 
 def _module_functions(tree: ast.Module) -> dict[str, Function]:
@@ -199,13 +222,56 @@ def _module_functions(tree: ast.Module) -> dict[str, Function]:
     return functions
 
 
+# A line at column 0 may start a new top-level statement unless it continues the one before.
+CONTINUES = ("else", "elif", "except", "finally", ")", "]", "}", "#")
+BATCH_LINES = 1000  # parsed at once: few parser calls, one batch's tree in memory
+
+
+def statements(text: str) -> Iterator[tuple[int, ast.Module, str]]:
+    """(line offset, tree, text) of the script's top-level statements, about BATCH_LINES lines
+    at a time, so memory holds one batch's tree and not the whole file's. A split that does not
+    parse (inside a string, after a decorator) is widened, doubling each time: linear work."""
+    lines = text.splitlines(keepends=True)
+    candidates = [
+        index
+        for index, line in enumerate(lines)
+        if index
+        and line[:1] not in ("", " ", "\t", "\n", "\r", "\f")
+        and not line.startswith(CONTINUES)
+    ] + [len(lines)]
+    last, start = len(candidates) - 1, 0
+    while start < len(lines):
+        width = BATCH_LINES
+        while True:
+            end = candidates[min(bisect.bisect_left(candidates, start + width), last)]
+            batch = "".join(lines[start:end])
+            try:
+                tree = ast.parse(batch)
+                break
+            except SyntaxError as exc:
+                if end >= len(lines):
+                    exc.lineno = (exc.lineno or 0) + start
+                    raise
+                width = (end - start) * 2
+        yield start, tree, batch
+        start = end
+
+
+def _source(path: Path) -> str:
+    """The script's text in the encoding a PEP 263 coding line names (UTF-8 by default)."""
+    data = path.read_bytes()
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding)
+
+
 def lint_script(path: Path) -> list[Finding]:
     """Engine starts at import time; SyntaxError or ValueError when `path` is not Python."""
-    # bytes, so a PEP 263 coding line decides the encoding, as for Python itself
-    tree = ast.parse(path.read_bytes(), filename=str(path))
-    script = _Script(tree)
-    calls = sorted(script.starts_in(tree.body), key=lambda call: (call.lineno, call.col_offset))
+    script = _Script()
+    for offset, tree, text in statements(_source(path)):
+        script.read(tree, offset, imports_vllm=ENGINE_MODULE in text)
+    script.find_starting()
     return [
-        Finding(path=str(path), line=call.lineno, call=f"{_dotted(call.func) or 'getattr'}(...)")
-        for call in calls
+        Finding(path=str(path), line=call.line, call=f"{call.callee or 'getattr'}(...)")
+        for call in sorted(script.at_import, key=lambda call: call.line)
+        if script.is_engine_call(call)
     ]

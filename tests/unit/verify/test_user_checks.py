@@ -99,6 +99,39 @@ def test_a_long_call_chain_is_linted_in_linear_time(tmp_path: Path) -> None:
     assert time.monotonic() - started < 2.0  # the quadratic version took 25 s
 
 
+EDGES = """\
+from vllm import LLM
+DOC = \"\"\"
+x = LLM('not code')
+\"\"\"
+@decorate
+def f():
+    return 1
+try:
+    pass
+except Exception:
+    engine = LLM('m')
+value = (1 +
+2)
+LLM('top')
+"""
+
+
+@pytest.mark.parametrize("batch", [1, 2, 1000])
+def test_reading_in_batches_splits_only_between_statements(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: int
+) -> None:
+    """Strings, decorators, except branches and brackets that cross column 0 stay whole."""
+    from toolchain.verify import spawn_lint
+
+    monkeypatch.setattr(spawn_lint, "BATCH_LINES", batch)
+    assert [f.line for f in lint_script(_script(tmp_path, EDGES))] == [11, 14]
+    broken = _script(tmp_path, EDGES + "def (:\n")
+    with pytest.raises(SyntaxError) as caught:
+        lint_script(broken)
+    assert caught.value.lineno == 15
+
+
 def test_lint_command_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = _script(tmp_path, "from vllm import LLM\nllm = LLM('m')\n")
     good = tmp_path / "good.py"
