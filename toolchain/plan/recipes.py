@@ -15,6 +15,7 @@ from packaging.version import InvalidVersion, Version
 
 from toolchain.detect.isa import isa_table
 from toolchain.errors import DataFileError, UsageError
+from toolchain.runtime_deps import PYTORCH_CPU_INDEX
 from toolchain.util.datafile import (
     check_keys,
     load_toml,
@@ -193,7 +194,7 @@ def parse_recipe(data: dict[str, Any], *, path: Path, models: Mapping[str, IsaMo
         python_requires=python_requires,
         python_preferred=string(python, "preferred", where=f"{where} [python]"),
         torch=torch_pins,
-        torch_index=string(torch, "index", where=f"{where} [torch]"),
+        torch_index=string(torch, "index", where=f"{where} [torch]", default=PYTORCH_CPU_INDEX),
         build_requires=string_list(build, "requires", where=f"{where} [build]"),
         memory_per_job_bytes=memory_mib * MIB,
         gxx_min=_versions(string_map(tools, "gxx_min", where=f"{where} [toolchain]"), where),
