@@ -38,8 +38,8 @@ def test_node_meminfo_decides_and_the_default_does_not_fit(tmp_path: Path) -> No
     assert memory.available_bytes == 14 * GIB
     result = reservation(memory)
     assert not result.fits and result.requested_bytes > 22 * GIB
-    assert result.recommended_utilization == 0.50  # (14 - 2 GiB margin) / 24, rounded down
-    assert result.recommended_kvcache_gib == 11  # the 12 GiB spare less 1 for the weights
+    assert result.recommended_utilization == 0.52  # (14 - 1.5 GiB margin) / 24, rounded down
+    assert result.recommended_kvcache_gib == 11  # the 12.5 GiB spare less 1 for the weights
 
 
 def test_containers_without_numa_nodes_use_system_meminfo(tmp_path: Path) -> None:
@@ -62,7 +62,7 @@ def test_cgroup_limit_at_the_root_clamps_total_and_available(tmp_path: Path) -> 
     assert (memory.total_bytes, memory.available_bytes) == (8 * GIB, 5 * GIB)
     assert not reservation(memory).fits
     half = reservation(memory, 0.5)
-    assert half.fits and not half.leaves_margin  # 4 GiB of 5 leaves less than the 2 GiB margin
+    assert half.fits and not half.leaves_margin  # 4 GiB of 5 leaves less than the 1.5 GiB margin
     assert reservation(memory, 0.3).leaves_margin
 
 
@@ -89,8 +89,8 @@ def test_check_memory_command_says_when_the_default_would_not_start(
         "(/proc/meminfo: 32.00 GiB total, 30.00 GiB available)" in out
     )
     assert "reserves 14.72 GiB of CPU memory: does NOT fit: vLLM refuses to start" in out
-    assert "fits with 2.00 GiB to spare: --gpu-memory-utilization 0.50" in out  # (10 - 2) / 16
+    assert "fits with 1.50 GiB to spare: --gpu-memory-utilization 0.53" in out  # (10 - 1.5) / 16
     # 8.8 GiB of 10 would start now, but vLLM's own processes take most of the rest first
     assert cli.main(["check-memory", "--utilization", "0.55"]) == 1
-    assert "leaves less than the 2.00 GiB" in capsys.readouterr().out
+    assert "leaves less than the 1.50 GiB" in capsys.readouterr().out
     assert cli.main(["check-memory", "--utilization", "0.5"]) == 0

@@ -209,26 +209,26 @@ NODE = NodeMemory(node=0, total_bytes=14 * GIB, available_bytes=8 * GIB, source=
 
 def test_a_memory_hungry_neighbour_fails_with_a_setting_that_fits() -> None:
     planned = reservation(NODE)
-    result = check_memory(NODE, planned, planned, [{"started": True, "utilization": 0.42}])
+    result = check_memory(NODE, planned, planned, [{"started": True, "utilization": 0.46}])
     assert result.status == FAIL
     assert "asks for 12.88 GiB" in result.summary and "vLLM refuses to start" in result.summary
-    assert "the engine started with --gpu-memory-utilization 0.42" in result.summary
-    # (8 GiB available - 2 GiB margin) / 14 GiB; 6 GiB spare less 1 for the weights
-    assert result.fix.startswith("use --gpu-memory-utilization 0.42 (or VLLM_CPU_KVCACHE_SPACE=5)")
+    assert "the engine started with --gpu-memory-utilization 0.46" in result.summary
+    # (8 GiB available - 1.5 GiB margin) / 14 GiB; 6.5 GiB spare less 1 for the weights
+    assert result.fix.startswith("use --gpu-memory-utilization 0.46 (or VLLM_CPU_KVCACHE_SPACE=5)")
 
 
 def test_a_setting_that_leaves_less_than_the_margin_fails_up_front() -> None:
-    planned = reservation(NODE, 0.45)  # 6.3 GiB of 8 available: vLLM would start right now
+    planned = reservation(NODE, 0.5)  # 7 GiB of 8 available: vLLM would start right now
     assert planned.fits and not planned.leaves_margin
     result = check_memory(
-        NODE, planned, reservation(NODE), [{"started": True, "utilization": 0.42}]
+        NODE, planned, reservation(NODE), [{"started": True, "utilization": 0.46}]
     )
     assert result.status == FAIL
-    assert "leaving 1.70 GiB: less than the 2.00 GiB that vLLM's own processes take" in (
+    assert "leaving 1.00 GiB: less than the 1.50 GiB that vLLM's own processes take" in (
         result.summary
     )
     assert result.fix == (
-        "use --gpu-memory-utilization 0.42 (or VLLM_CPU_KVCACHE_SPACE=5), which leaves 2.00 GiB"
+        "use --gpu-memory-utilization 0.46 (or VLLM_CPU_KVCACHE_SPACE=5), which leaves 1.50 GiB"
     )
 
 
