@@ -76,13 +76,8 @@ def check_isa(
 def _picked_failure(picked: KernelLoad | None) -> str:
     if picked is None:
         return "vLLM has no tier for this CPU"
-    if picked.status == "sigill" and picked.lacking:
-        return f"{picked.library}: killed by SIGILL: this CPU lacks {', '.join(picked.lacking)}"
     if picked.status == "sigill":
-        return (
-            f"{picked.library}: killed by SIGILL although this CPU has what that tier needs: "
-            "the library holds instructions of a richer CPU (a broken build)"
-        )
+        return f"{picked.library}: killed by SIGILL: this CPU lacks {', '.join(picked.lacking)}"
     return describe(picked)
 
 
