@@ -25,7 +25,7 @@ from toolchain.plan.buildplan import BuildPlan
 from toolchain.runtime_deps import PipSources
 from toolchain.util import run
 from toolchain.util.files import MARKER as UNPACK_MARKER
-from toolchain.util.files import atomic_path, exclusive_lock, sha256_file, tar_sha256, unpack_tar
+from toolchain.util.files import atomic_path, file_lock, sha256_file, tar_sha256, unpack_tar
 from toolchain.util.net import github_reachable
 from toolchain.util.report import duration, reporter
 from toolchain.util.units import GIB, MIB
@@ -417,5 +417,5 @@ def preflight(build: BuildRun) -> None:
 def build_wheel(build: BuildRun) -> Path:
     """Run every step of the plan, one build per build folder at a time; the delivered wheel."""
     preflight(build)
-    with exclusive_lock(build.plan.paths.build_dir / ".vcb-build.lock", what="build-wheel"):
+    with file_lock(build.plan.paths.build_dir / ".vcb-build.lock", what="build-wheel", wait=False):
         return run_steps(build, STEPS)

@@ -236,7 +236,7 @@ def publish_index(wheel_paths: Sequence[Path], root: Path) -> Published:
     wheels = read_wheels(wheel_paths)
     try:
         root.parent.mkdir(parents=True, exist_ok=True)
-        with file_lock(root.with_name(f".{root.name}.lock"), waiting="another publish"):
+        with file_lock(root.with_name(f".{root.name}.lock"), what="publish", wait=True):
             return _publish_locked(wheels, root)
     except OSError as exc:
         now = f"{root} still serves {os.readlink(root)}" if root.is_symlink() else "no index yet"
@@ -258,8 +258,7 @@ def _publish_locked(wheels: tuple[IndexedWheel, ...], root: Path) -> Published:
         problems = validate(partial)
         if problems:
             raise PublishError("the new index does not validate: " + "; ".join(problems))
-        if generation.resolve() != (root.resolve() if root.is_symlink() else None):
-            shutil.rmtree(generation, ignore_errors=True)
+        shutil.rmtree(generation, ignore_errors=True)  # never the live one: that returned above
         partial.rename(generation)
     finally:
         shutil.rmtree(partial, ignore_errors=True)

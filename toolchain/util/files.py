@@ -18,8 +18,6 @@ from toolchain.errors import BusyError, SourceError
 from toolchain.util.report import reporter
 
 CHUNK = 1 << 20
-
-
 MARKER = ".vcb-unpacked"
 
 
@@ -73,53 +71,40 @@ def unpack_tar(archive: Path, destination: Path, *, stamp: str) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
-        try:
-            with tarfile.open(archive) as tar:
-                tar.extractall(staging, filter="data")
-        except (tarfile.TarError, EOFError, zlib.error) as exc:
-            raise _corrupt(archive, exc) from exc
+        with tarfile.open(archive) as tar:
+            tar.extractall(staging, filter="data")
         tops = list(staging.iterdir())
         root = tops[0] if len(tops) == 1 and tops[0].is_dir() else staging
         (root / MARKER).write_text(stamp + "\n")
         root.replace(destination)
+    except (tarfile.TarError, EOFError, zlib.error) as exc:
+        raise _corrupt(archive, exc) from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return destination
 
 
 @contextmanager
-def file_lock(path: Path, *, waiting: str) -> Iterator[None]:
-    """Hold an exclusive lock on `path` (made if missing); say so when someone else holds it.
+def file_lock(path: Path, *, what: str, wait: bool) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (made if missing). When another `what` holds it: wait,
+    saying so, or refuse at once naming the holder's pid.
 
     The kernel releases the lock when its holder dies, so a killed run never blocks the next.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            reporter.detail(f"waiting for {waiting} to finish ({path})")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-@contextmanager
-def exclusive_lock(path: Path, *, what: str) -> Iterator[None]:
-    """Hold an exclusive lock on `path`, or refuse at once when another run holds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise BusyError(
-                f"another {what} is running in {path.parent} ({holder})",
-                hint="wait for it to finish, or use another --work-dir",
-            ) from None
+            if not wait:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                raise BusyError(
+                    f"another {what} is running in {path.parent} ({holder})",
+                    hint="wait for it to finish, or use another --work-dir",
+                ) from None
+            reporter.detail(f"waiting for another {what} to finish ({path})")
+            fcntl.flock(handle, fcntl.LOCK_EX)
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()}\n")
