@@ -22,19 +22,14 @@ from toolchain.verify.kernels import describe, load_kernels, package_dir
 from toolchain.verify.memflag import DEFAULT_UTILIZATION, describe_node, node_memory, reservation
 from toolchain.verify.results import FAIL, render, worst
 from toolchain.verify.shadowing import check_shadowing
-from toolchain.verify.spawn_lint import lint_script
+from toolchain.verify.spawn_lint import lint_scripts
 from toolchain.wheelfile import check_wheel
 
 VERIFY_FLAGS = settings_named("find_links", "torch_index", "work_dir", "wheel_dir")
 
 
 def cmd_lint_script(args: argparse.Namespace) -> int:
-    findings = []
-    for path in args.files:
-        try:
-            findings += lint_script(path)
-        except (OSError, SyntaxError, ValueError, RecursionError) as exc:
-            raise UsageError(f"cannot read {path} as Python: {exc}") from exc
+    findings = lint_scripts(args.files)
     for finding in findings:
         print(finding)
     if not findings:

@@ -14,9 +14,7 @@ import platform
 import shlex
 import sys
 import tempfile
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,22 +119,20 @@ def candidates(
         raise PublishError(f"cannot read {page_url}: {exc}", hint="check --index") from exc
     found = []
     for file in files:
-        filename = file.filename
-        if not filename.endswith(".whl"):
+        if not file.filename.endswith(".whl"):
             continue
-        version = Version(str(parse_wheel_filename(filename)[1]))
+        version = Version(str(parse_wheel_filename(file.filename)[1]))
         local = (version.local or "").split(".")
         variant = local[1] if local[0] == "cpu" and len(local) > 1 else "portable"
-        url = file.url
         found.append(
             Candidate(
-                filename=filename,
-                url=url,
+                filename=file.filename,
+                url=file.url,
                 version=version,
                 variant=variant,
                 min_isa=min_isa if min_isa is not None else target_min_isa(variant, arch) or (),
                 simple_url=simple_url,
-                metadata_url=url + ".metadata" if file.has_metadata else None,
+                metadata_url=file.url + ".metadata" if file.has_metadata else None,
             )
         )
     return found

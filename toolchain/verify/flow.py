@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.detect.host import Host, detect_host
-from toolchain.errors import KernelCheckError, UsageError
+from toolchain.errors import KernelCheckError
 from toolchain.runtime_deps import PipSources, RuntimePlan
 from toolchain.util import run
 from toolchain.util.report import reporter
@@ -30,7 +30,7 @@ from toolchain.verify.installed_checks import (
 )
 from toolchain.verify.memflag import DEFAULT_UTILIZATION, node_memory, reservation
 from toolchain.verify.results import FAIL, SKIP, CheckResult, worst
-from toolchain.verify.spawn_lint import Finding, lint_script
+from toolchain.verify.spawn_lint import lint_scripts
 from toolchain.wheelfile import MANIFEST_NAME, read_manifest
 
 CHECK_NAMES = ("install", "isa", "import", "threads", "generate", "memory", "spawn", "serve")
@@ -189,7 +189,7 @@ def run_engines(
     state.record(
         "memory", lambda: check_memory(memory, planned, default, attempts if generated else None)
     )
-    findings = _lint(options.scripts)
+    findings = lint_scripts(options.scripts)
     state.record("spawn", lambda: check_spawn(findings, len(options.scripts), proof))
     if generated is not None and generated.status == FAIL:
         state.record(
@@ -229,13 +229,6 @@ def generate_with_retry(engine: Engine, attempts: list[dict[str, Any]]) -> Check
         summary=f"with --gpu-memory-utilization {lower} after {refused}: {retry.summary}",
         details={**retry.details, "refused_first": attempts[0]},
     )
-
-
-def _lint(scripts: tuple[Path, ...]) -> list[Finding]:
-    try:
-        return [finding for script in scripts for finding in lint_script(script)]
-    except (OSError, SyntaxError, ValueError, RecursionError) as exc:
-        raise UsageError(f"cannot read a --script as Python: {exc}") from exc
 
 
 def _tiny_model(state: Verification) -> Path:

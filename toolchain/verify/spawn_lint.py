@@ -16,6 +16,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toolchain.errors import UsageError
+
 # Names, as imported from vllm, whose call starts an engine (or whose from_* constructors do).
 ENGINE_NAMES = frozenset({"LLM", "LLMEngine", "AsyncLLMEngine", "AsyncLLM"})
 ENGINE_MODULE = "vllm"
@@ -262,6 +264,17 @@ def _source(path: Path) -> str:
     data = path.read_bytes()
     encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     return data.decode(encoding)
+
+
+def lint_scripts(paths: Sequence[Path]) -> list[Finding]:
+    """Findings of every script; a usage error naming the first that is not readable Python."""
+    findings = []
+    for path in paths:
+        try:
+            findings += lint_script(path)
+        except (OSError, SyntaxError, ValueError, RecursionError) as exc:
+            raise UsageError(f"cannot read {path} as Python: {exc}") from exc
+    return findings
 
 
 def lint_script(path: Path) -> list[Finding]:
