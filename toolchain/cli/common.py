@@ -54,11 +54,20 @@ def add_host_options(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="use this saved /proc/meminfo instead of this machine's",
     )
+    parser.add_argument(
+        "--probe-output",
+        type=existing_file,
+        metavar="FILE",
+        help="with --cpuinfo: the saved output of the CPU probe (cpuprobe) run on that machine; "
+        "it decides the features, as the probe does here",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def host_from_args(args: argparse.Namespace) -> Host:
-    return detect_host(cpuinfo_file=args.cpuinfo, meminfo_file=args.meminfo)
+    return detect_host(
+        cpuinfo_file=args.cpuinfo, meminfo_file=args.meminfo, probe_file=args.probe_output
+    )
 
 
 def recipe_from_values(values: dict[str, Any]) -> Recipe:

@@ -16,12 +16,13 @@ from toolchain.detect.isa import isa_table
 from toolchain.detect.memory import Memory, read_memory
 from toolchain.detect.proc_cpuinfo import CpuInfo, parse_cpuinfo
 from toolchain.detect.tools import BUILD_TOOLS, Tool, executables_on_path, find_tools, numa_header
-from toolchain.errors import DataFileError, UnsupportedHostError
+from toolchain.errors import DataFileError, UnsupportedHostError, UsageError
 from toolchain.util.datafile import read_text
 from toolchain.util.platform import SUPPORTED_ARCHES, machine_arch
 
 PROC_CPUINFO = Path("/proc/cpuinfo")
 PYTHON_NAME = re.compile(r"^python3\.\d+$")
+SAVED_SOURCES = frozenset({"cpuinfo-file", "probe-file"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,14 +68,17 @@ class Host:
     def require_supported(self) -> None:
         if not self.supported:
             raise UnsupportedHostError(
-                f"{'the machine described' if self.source == 'cpuinfo-file' else 'this machine'} "
+                f"{'the machine described' if self.source in SAVED_SOURCES else 'this machine'} "
                 f"is {self.arch}: vLLM's CPU backend is supported here only on "
                 f"{' and '.join(SUPPORTED_ARCHES)}",
                 hint="build on, or describe with --cpuinfo, an x86_64 or aarch64 machine",
             )
 
 
-def _cpu_from_this_machine() -> tuple[CpuInfo, str, tuple[str, ...], dict[str, Any] | None]:
+CpuFacts = tuple[CpuInfo, str, tuple[str, ...], dict[str, Any] | None]
+
+
+def _cpu_from_this_machine() -> CpuFacts:
     """CPU facts and the source that decided them: probe > /proc/cpuinfo > sysctl > py-cpuinfo."""
     if PROC_CPUINFO.is_file():
         cpu = parse_cpuinfo(PROC_CPUINFO.read_text())
@@ -87,14 +91,32 @@ def _cpu_from_this_machine() -> tuple[CpuInfo, str, tuple[str, ...], dict[str, A
     result, why_not = probe.run_probe()
     if result is None:
         return cpu, source, (f"{why_not}; features come from {source}",), None
+    return _probe_decides(cpu, result, "probe")
+
+
+def _cpu_from_saved_probe(cpu: CpuInfo, probe_file: Path) -> CpuFacts:
+    """A saved cpuinfo whose features the saved output of the probe, run on that machine, decides."""
+    result = probe.parse_probe_output(read_text(probe_file))
+    if result.arch != cpu.arch:
+        raise DataFileError(
+            f"{probe_file}: the probe ran on {result.arch}, but the cpuinfo describes {cpu.arch}"
+        )
+    return _probe_decides(cpu, result, "probe-file")
+
+
+def _probe_decides(cpu: CpuInfo, result: probe.ProbeResult, source: str) -> CpuFacts:
     reconciled = probe.reconcile(result, cpu.tokens)
-    details = {
-        "xcr0": result.xcr0,
-        "avx10_version": result.avx10_version,
-        "amx_permitted": result.amx_permitted,
-    }
+    details: dict[str, Any] = (
+        {"hwcap": result.hwcap, "hwcap2": result.hwcap2}
+        if result.arch == "aarch64"
+        else {
+            "xcr0": result.xcr0,
+            "avx10_version": result.avx10_version,
+            "amx_permitted": result.amx_permitted,
+        }
+    )
     cpu = CpuInfo(**{**asdict(cpu), "tokens": reconciled.tokens})
-    return cpu, "probe", reconciled.notes, details
+    return cpu, source, reconciled.notes, details
 
 
 def _numa_nodes(root: Path = Path("/sys/devices/system/node")) -> int:
@@ -136,9 +158,11 @@ def detect_host(
     *,
     cpuinfo_file: Path | None = None,
     meminfo_file: Path | None = None,
+    probe_file: Path | None = None,
     disk_path: Path | None = None,
 ) -> Host:
-    """Describe this machine; a saved cpuinfo or meminfo replaces that part of it."""
+    """Describe this machine; a saved cpuinfo (with the probe's saved output) or meminfo replaces
+    that part of it."""
     notes: tuple[str, ...] = ()
     probe_details: dict[str, Any] | None = None
     if cpuinfo_file is not None:
@@ -149,6 +173,13 @@ def detect_host(
                 "'CPU implementer' (Arm), nor another architecture's lines"
             )
         cpus, quota = cpu.processors, None
+        if probe_file is not None:
+            cpu, source, notes, probe_details = _cpu_from_saved_probe(cpu, probe_file)
+    elif probe_file is not None:
+        raise UsageError(
+            "a saved probe output describes another machine's CPU features only",
+            hint="give that machine's /proc/cpuinfo with --cpuinfo as well",
+        )
     else:
         cpu, source, notes, probe_details = _cpu_from_this_machine()
         cpus, quota = usable_cpus()

@@ -22,6 +22,8 @@ class ProbeResult:
     xcr0: int | None = None
     avx10_version: int = 0
     amx_permitted: bool | None = None
+    hwcap: int | None = None
+    hwcap2: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +61,8 @@ def parse_probe_output(text: str) -> ProbeResult:
         xcr0=int(fields["xcr0"], 16) if "xcr0" in fields else None,
         avx10_version=int(fields.get("avx10_version", "0")),
         amx_permitted=None if amx is None else amx == "1",
+        hwcap=int(fields["hwcap"], 16) if "hwcap" in fields else None,
+        hwcap2=int(fields["hwcap2"], 16) if "hwcap2" in fields else None,
     )
 
 

@@ -11,6 +11,7 @@ SOURCE_WORDS = {
     "probe": "the CPU probe (CPUID/XGETBV or getauxval), checked against /proc/cpuinfo",
     "proc-cpuinfo": "/proc/cpuinfo",
     "cpuinfo-file": "a saved cpuinfo file",
+    "probe-file": "the saved output of the CPU probe on that machine, checked against its cpuinfo",
     "sysctl": "sysctl hw.optional.*",
     "py-cpuinfo": "py-cpuinfo",
 }
@@ -27,7 +28,11 @@ def render_host(host: Host) -> str:
         f"missing      {' '.join(absent) or 'none'}",
         f"decided by   {SOURCE_WORDS.get(host.source, host.source)}",
     ]
-    if host.probe:
+    if host.probe and host.arch == "aarch64":
+        lines.append(
+            f"probe        HWCAP=0x{host.probe['hwcap'] or 0:x}, HWCAP2=0x{host.probe['hwcap2'] or 0:x}"
+        )
+    elif host.probe:
         amx = {None: "no AMX", True: "AMX tile data permitted", False: "AMX tile data REFUSED"}
         lines.append(
             f"probe        XCR0=0x{host.probe['xcr0'] or 0:x}, AVX10 version "
