@@ -39,6 +39,11 @@ for fs in proc sys dev; do
     fi
 done
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# The local CA certificates of this network (a TLS-inspecting proxy) as any machine here has them.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+    chroot "$root" update-ca-certificates >/dev/null
+fi
 
 # The install line of the README's fresh-machine paragraph, word for word.
 install_line=$(grep -m1 '^apt-get install ' "$repo/README.md")
