@@ -77,7 +77,7 @@ plan = json.loads(text[text.index("{"):])
 compiler = plan["compiler"]
 print(f"compiler: {compiler}")
 steps = [step["name"] for step in plan["steps"]]
-assert compiler["origin"] == "path" and compiler["version"].startswith("14."), compiler
+assert compiler["origin"] == "PATH" and compiler["version"].startswith("14."), compiler
 assert "provision-toolchain" not in steps, steps
 print("plan: g++ 14 from PATH, no provisioning step")
 PY

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from toolchain import __version__
@@ -204,8 +205,8 @@ def install_requirements(build: BuildRun) -> None:
             hint="give the PyTorch CPU index (--torch-index) or a folder with the "
             "+cpu wheel (--find-links); --allow-cuda-torch accepts it anyway",
         )
-    if version != wanted:
-        raise BuildError(f"the build venv has torch {version}; the recipe pins {wanted}")
+    if not SpecifierSet(f"=={wanted}").contains(version, prereleases=True):
+        raise BuildError(f"the build venv has torch {version}; the plan pins {wanted}")
     build.facts.torch = version
     run.run_logged(
         [*pip, *plan.build_requires], log=build.log, what="installing build requirements"

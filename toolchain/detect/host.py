@@ -95,7 +95,7 @@ def _cpu_from_this_machine() -> CpuFacts:
 
 
 def _cpu_from_saved_probe(cpu: CpuInfo, probe_file: Path) -> CpuFacts:
-    """A saved cpuinfo whose features the saved output of the probe, run on that machine, decides."""
+    """A saved cpuinfo whose features are decided by the probe's saved output from that machine."""
     result = probe.parse_probe_output(read_text(probe_file))
     if result.arch != cpu.arch:
         raise DataFileError(

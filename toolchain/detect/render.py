@@ -29,9 +29,8 @@ def render_host(host: Host) -> str:
         f"decided by   {SOURCE_WORDS.get(host.source, host.source)}",
     ]
     if host.probe and host.arch == "aarch64":
-        lines.append(
-            f"probe        HWCAP=0x{host.probe['hwcap'] or 0:x}, HWCAP2=0x{host.probe['hwcap2'] or 0:x}"
-        )
+        hwcap, hwcap2 = host.probe["hwcap"] or 0, host.probe["hwcap2"] or 0
+        lines.append(f"probe        HWCAP=0x{hwcap:x}, HWCAP2=0x{hwcap2:x}")
     elif host.probe:
         amx = {None: "no AMX", True: "AMX tile data permitted", False: "AMX tile data REFUSED"}
         lines.append(

@@ -161,6 +161,12 @@ def test_python_outside_the_recipe_range(host_of: Callable[..., Host]) -> None:
     assert plan(host_of("x86-zen4")).python.version == "3.11"
 
 
+def test_accepting_a_cuda_torch_pins_the_public_version(host_of: Callable[..., Host]) -> None:
+    assert plan(host_of("x86-zen4")).torch.requirement == "torch==2.13.0+cpu"
+    accepting = plan(host_of("x86-zen4"), allow_cuda_torch=True)
+    assert accepting.torch.requirement == "torch==2.13.0"
+
+
 def test_old_gxx_is_replaced_by_a_provisioned_one(
     host_of: Callable[..., Host], fake_programs
 ) -> None:
