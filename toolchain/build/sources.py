@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from toolchain.errors import SourceError
-from toolchain.plan.recipes import Recipe
+from toolchain.plan.recipes import Recipe, ThirdParty
 from toolchain.util import run
 from toolchain.util.files import CHUNK, atomic_path, sha256_file, tar_sha256
 from toolchain.util.report import reporter
 from toolchain.util.simple_api import project_files
+from toolchain.util.source_lock import check_archive
 
 
 def index_file_url(index_url: str, project: str, filename: str) -> tuple[str, str | None]:
@@ -141,6 +142,26 @@ def _git_archive(repo: Path, ref: str, prefix: str, final: Path, log: Path) -> N
         plain_tar.unlink(missing_ok=True)
 
 
+def _fetch_dependency(
+    dep: ThirdParty, final: Path, git_repos: Mapping[str, Path], log: Path
+) -> None:
+    if dep.name in git_repos:
+        prefix = f"{dep.name}-{dep.ref.removeprefix('v')}"
+        _git_archive(git_repos[dep.name], dep.ref, prefix, final, log)
+        return
+    url = github_archive_url(dep.repository, dep.ref)
+    reporter.detail(f"downloading {url}")
+    with atomic_path(final) as temporary:
+        try:
+            urllib.request.urlretrieve(url, temporary)
+        except OSError as exc:
+            raise SourceError(
+                f"download of {url} failed: {exc}",
+                hint=f"on a machine without GitHub, pass --git {dep.name}=<a clone of "
+                f"{dep.repository}>",
+            ) from exc
+
+
 def fill_mirror(
     recipe: Recipe,
     folder: Path,
@@ -149,7 +170,9 @@ def fill_mirror(
     arches: Sequence[str],
     git_repos: Mapping[str, Path],
 ) -> None:
-    """Put the sdist and every third-party archive in `folder`, each checked against the recipe."""
+    """Put the sdist and the third-party archives `arches` need in `folder`, each checked against
+    the recipe (or, where it records no hash, recorded on first use). A source that cannot be had
+    does not stop the others: all that can be fetched is fetched, then the failures are reported."""
     with file_errors_as_source_errors(folder):
         log = folder / "fetch-sources.log"
         fetch_sdist(
@@ -161,37 +184,35 @@ def fill_mirror(
         )
         reporter.line(f"{recipe.sdist}: sha256 {recipe.sha256}")
         deps = {dep.archive: dep for arch in arches for dep in recipe.third_party_for(arch)}
+        failed: list[str] = []
         for dep in deps.values():
             final = folder / dep.archive
-            if dep.name in git_repos:
-                _git_archive(
-                    git_repos[dep.name],
-                    dep.ref,
-                    f"{dep.name}-{dep.ref.removeprefix('v')}",
-                    final,
-                    log,
+            try:
+                _fetch_dependency(dep, final, git_repos, log)
+                found = tar_sha256(final)
+                checked = check_archive(
+                    name=dep.name,
+                    ref=dep.ref,
+                    archive=final,
+                    recipe_sha256=dep.tar_sha256,
+                    found=found,
+                    recipe=recipe.path.name,
                 )
-            else:
-                url = github_archive_url(dep.repository, dep.ref)
-                reporter.detail(f"downloading {url}")
-                with atomic_path(final) as temporary:
-                    try:
-                        urllib.request.urlretrieve(url, temporary)
-                    except OSError as exc:
-                        raise SourceError(
-                            f"download of {url} failed: {exc}",
-                            hint=f"on a machine without GitHub, pass --git "
-                            f"{dep.name}=<a clone of {dep.repository}>",
-                        ) from exc
-            found = tar_sha256(final)
+            except SourceError as exc:
+                final.unlink(missing_ok=True)
+                failed.append(
+                    f"{dep.archive} ({dep.name} {dep.ref}, {dep.arch or 'all'}): {exc.message}"
+                )
+                reporter.warning(f"{dep.archive}: {exc.message}; nothing was kept")
+                continue
+            reporter.line(f"{dep.archive}: tar sha256 {found}: {checked}")
             if dep.tar_sha256 is None:
-                recorded = f'add: tar_sha256 = "{found}"'
-                reporter.line(f"{dep.archive}: not recorded in {recipe.path.name}; {recorded}")
-            elif found != dep.tar_sha256:
-                final.unlink()
-                raise SourceError(
-                    f"{dep.name} {dep.ref} has tar sha256 {found}; the recipe expects "
-                    f"{dep.tar_sha256}; nothing was kept"
-                )
-            else:
-                reporter.line(f"{dep.archive}: tar sha256 {found} matches the recipe")
+                where = f"{recipe.path.name} [[third_party]] {dep.name} {dep.ref}"
+                reporter.line(f'  to record it, add to {where}: tar_sha256 = "{found}"')
+    if failed:
+        raise SourceError(
+            f"{len(failed)} of {len(deps)} third-party sources for {', '.join(arches)} could not "
+            f"be put in {folder} (the others are there, checked):\n  " + "\n  ".join(failed),
+            hint="--arch limits the mirror to the architectures you build for; "
+            "--git NAME=REPO makes an archive from a local clone",
+        )

@@ -29,6 +29,7 @@ from toolchain.util.files import MARKER as UNPACK_MARKER
 from toolchain.util.files import atomic_path, file_lock, sha256_file, tar_sha256, unpack_tar
 from toolchain.util.net import github_reachable
 from toolchain.util.report import duration, reporter
+from toolchain.util.source_lock import check_archive
 from toolchain.util.units import GIB, MIB
 from toolchain.wheelfile import rewrite_wheel, wheel_version
 
@@ -103,28 +104,24 @@ def third_party_sources(build: BuildRun) -> None:
     for dep in plan.third_party:
         archive, unpacked = dep.mirror_file, dep.unpacked
         assert archive is not None and unpacked is not None
-        if dep.tar_sha256 is None:
-            raise SourceError(
-                f"the recipe records no hash for {dep.name} {dep.ref}; an "
-                "unchecked source is not used",
-                hint="run `nox -s fetch-sources` where the source is reachable "
-                "and add tar_sha256 to the recipe",
-            )
         if not archive.is_file():
             raise SourceError(
-                f"{archive} is missing (expected tar sha256 {dep.tar_sha256})",
+                f"{archive} is missing (expected tar sha256 "
+                f"{dep.tar_sha256 or 'not recorded: trusted on first use'})",
                 hint=f"copy {dep.archive} of {dep.name} {dep.ref} into "
                 f"{archive.parent}, or fill it with `nox -s fetch-sources`",
             )
         found = tar_sha256(archive)
-        if found != dep.tar_sha256:
-            raise SourceError(
-                f"{archive} holds a tar with sha256 {found}; the recipe expects "
-                f"{dep.tar_sha256} ({dep.name} {dep.ref})",
-                hint="replace it with the archive of exactly that tag",
-            )
+        checked = check_archive(
+            name=dep.name,
+            ref=dep.ref,
+            archive=archive,
+            recipe_sha256=dep.tar_sha256,
+            found=found,
+            recipe=Path(plan.recipe).name,
+        )
         unpack_tar(archive, unpacked, stamp=found)
-        reporter.detail(f"{dep.name} {dep.ref}: hash matches, unpacked at {unpacked}")
+        reporter.detail(f"{dep.name} {dep.ref}: {checked}; unpacked at {unpacked}")
 
 
 def provision_toolchain(build: BuildRun) -> None:

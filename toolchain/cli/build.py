@@ -24,7 +24,7 @@ from toolchain.plan.compiler import provisioned_gxx
 from toolchain.plan.planner import plan_build
 from toolchain.plan.render import render_plan
 from toolchain.settings import BUILD_SETTINGS, BuildOptions, add_setting_flags, build_options
-from toolchain.util.platform import SUPPORTED_ARCHES
+from toolchain.util.platform import SUPPORTED_ARCHES, machine_arch
 
 
 def options_from_args(args: argparse.Namespace) -> tuple[dict[str, Any], BuildOptions]:
@@ -58,10 +58,17 @@ def cmd_fetch_sources(args: argparse.Namespace) -> int:
         recipe_from_values(values),
         args.to,
         index_url=options.index_url,
-        arches=SUPPORTED_ARCHES if args.arch == "all" else (args.arch,),
+        arches=_mirror_arches(args.arch),
         git_repos=repos,
     )
     return 0
+
+
+def _mirror_arches(wanted: str | None) -> tuple[str, ...]:
+    """--arch, or this machine's architecture (every supported one on another machine)."""
+    if wanted == "all" or (wanted is None and machine_arch() not in SUPPORTED_ARCHES):
+        return SUPPORTED_ARCHES
+    return (wanted or machine_arch(),)
 
 
 def _name_path(item: str) -> tuple[str, Path]:
@@ -95,7 +102,11 @@ def configure_parser(commands: Any) -> None:
     )
     add_setting_flags(fetch, BUILD_SETTINGS)
     fetch.add_argument("--to", type=Path, required=True, help="the mirror folder to fill")
-    fetch.add_argument("--arch", choices=[*SUPPORTED_ARCHES, "all"], default="all")
+    fetch.add_argument(
+        "--arch",
+        choices=[*SUPPORTED_ARCHES, "all"],
+        help="fetch the sources these builds need (default: this machine's architecture)",
+    )
     fetch.add_argument(
         "--git",
         action="append",

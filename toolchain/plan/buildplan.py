@@ -144,6 +144,7 @@ class BuildPlan:
     def to_json(self) -> dict[str, Any]:
         data = {f.name: to_json(getattr(self, f.name)) for f in dataclasses.fields(self)}
         data["patches"] = [
-            {"file": str(p.file), "sha256": p.sha256, "reason": p.reason} for p in self.patches
+            {"file": str(p.file), "sha256": p.sha256, "reason": p.reason, "arch": p.arch}
+            for p in self.patches
         ]
         return data

@@ -20,9 +20,10 @@ from toolchain.plan.buildplan import (
 )
 from toolchain.plan.compiler import choose_compiler
 from toolchain.plan.jobs import JobSizing, size_jobs
-from toolchain.plan.recipes import Recipe
+from toolchain.plan.recipes import Patch, Recipe
 from toolchain.plan.target import choose_target, runs_on
 from toolchain.settings import BuildOptions
+from toolchain.util.source_lock import LOCK_NAME
 
 
 def choose_python(recipe: Recipe, host: Host, wanted: str | None) -> tuple[str, str]:
@@ -92,6 +93,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         wheel_dir=options.wheel_dir,
     )
     third_party, deps_env, deps_warnings = _third_party(recipe, arch, options, paths.deps)
+    patches = tuple(patch for patch in recipe.patches if patch.applies_to(arch))
     env = {
         "VLLM_TARGET_DEVICE": "cpu",
         "MAX_JOBS": str(jobs.max_jobs),
@@ -131,19 +133,28 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         env=env,
         paths=paths,
         steps=_steps(
-            recipe, options, arch, compiler, compiler_steps, third_party, torch, paths, jobs
+            recipe,
+            options,
+            arch,
+            compiler,
+            compiler_steps,
+            third_party,
+            torch,
+            paths,
+            jobs,
+            patches,
         ),
         dropped_requirements=recipe.drop_requirements,
-        patches=recipe.patches,
+        patches=patches,
         cmake_min=recipe.cmake_min,
-        warnings=tuple(warnings + deps_warnings + _patch_warnings(recipe, options)),
+        warnings=tuple(warnings + deps_warnings + _patch_warnings(patches, options)),
     )
 
 
-def _patch_warnings(recipe: Recipe, options: BuildOptions) -> list[str]:
-    if not (recipe.patches and options.source_dir):
+def _patch_warnings(patches: tuple[Patch, ...], options: BuildOptions) -> list[str]:
+    if not (patches and options.source_dir):
         return []
-    names = ", ".join(str(p.file) for p in recipe.patches)
+    names = ", ".join(str(p.file) for p in patches)
     return [f"recipe patches are not applied to a --source-dir tree; apply them yourself: {names}"]
 
 
@@ -175,8 +186,9 @@ def _third_party(
             )
         if dep.tar_sha256 is None:
             warnings.append(
-                f"the recipe has no recorded hash for {dep.name} {dep.ref}: build-wheel "
-                "refuses an unchecked source; `nox -s fetch-sources` prints one"
+                f"the recipe has no recorded hash for {dep.name} {dep.ref}: the first archive "
+                f"used from the mirror is trusted and its hash recorded in {LOCK_NAME} there "
+                "(trust on first use); later builds check against it"
             )
     return tuple(entries), env, warnings
 
@@ -231,12 +243,13 @@ def _steps(
     torch: TorchPin,
     paths: Paths,
     jobs: JobSizing,
+    patches: tuple[Patch, ...],
 ) -> tuple[Step, ...]:
     deps = ", ".join(f"{d.name} {d.ref}" for d in third_party) or "nothing"
     where = f"from {options.sources}" if options.sources else "(cmake downloads them)"
     return (
         Step(name="fetch-source", summary=_source_summary(recipe, options)),
-        *_patch_steps(recipe, options),
+        *_patch_steps(patches, options),
         Step(name="third-party-sources", summary=f"check and unpack {deps} {where}"),
         *compiler_steps,
         Step(
@@ -260,10 +273,10 @@ def _steps(
     )
 
 
-def _patch_steps(recipe: Recipe, options: BuildOptions) -> list[Step]:
-    if not recipe.patches or options.source_dir:
+def _patch_steps(patches: tuple[Patch, ...], options: BuildOptions) -> list[Step]:
+    if not patches or options.source_dir:
         return []
-    names = ", ".join(p.file.name for p in recipe.patches)
+    names = ", ".join(p.file.name for p in patches)
     return [Step(name="apply-patches", summary=f"patch -p1 the unpacked source with {names}")]
 
 

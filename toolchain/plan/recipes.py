@@ -72,6 +72,10 @@ class Patch:
     sha256: str
     versions: SpecifierSet
     reason: str
+    arch: str | None = None  # None: every architecture
+
+    def applies_to(self, arch: str) -> bool:
+        return self.arch is None or self.arch == arch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,7 +150,7 @@ RECIPE_KEYS = {
     "isa_model": set(SUPPORTED_ARCHES),
     "third_party": {"name", "arch", "repository", "ref", "commit", "archive", "tar_sha256", "env"},
     "drop_requirements": {"name", "reason"},
-    "patches": {"file", "versions", "reason"},
+    "patches": {"file", "versions", "reason", "arch"},
 }  # fmt: skip
 
 
@@ -275,11 +279,15 @@ def _patch(entry: dict[str, Any], vllm: Version, *, folder: Path, where: str) ->
         raise DataFileError(f"{where}: key 'versions' is not a version range") from exc
     if not versions.contains(vllm):
         raise DataFileError(f"{where}: {file.name} applies to vLLM {versions}, not {vllm}")
+    arch = _optional_string(entry, "arch", where=where)
+    if arch is not None and arch not in SUPPORTED_ARCHES:
+        raise DataFileError(f"{where}: key 'arch' is one of {', '.join(SUPPORTED_ARCHES)}")
     return Patch(
         file=file,
         sha256=hashlib.sha256(file.read_bytes()).hexdigest(),
         versions=versions,
         reason=string(entry, "reason", where=where),
+        arch=arch,
     )
 
 

@@ -23,6 +23,7 @@ def render_plan(plan: BuildPlan) -> str:
         "steps:",
         *(f"  {index}. {step.name}: {step.summary}" for index, step in enumerate(plan.steps, 1)),
     ]
+    lines += [f"patch {p.file.name}: {p.reason}" for p in plan.patches]
     lines += [
         f"left out of the wheel's requirements: {d.name}: {d.reason}"
         for d in plan.dropped_requirements
