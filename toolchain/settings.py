@@ -91,7 +91,8 @@ BUILD_SETTINGS = (
         name="allow_cuda_torch",
         kind=bool,
         default=False,
-        help="accept a CUDA build of torch in the build venv (default: refuse)",
+        help="accept a CUDA build of torch in the build venv; needs the CUDA toolkit (default: "
+        "refuse)",
     ),
 )
 

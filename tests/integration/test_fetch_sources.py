@@ -51,7 +51,7 @@ def _archive_sha256(repo: Path, ref: str, prefix: str) -> str:
 
 @pytest.fixture
 def release(tmp_path: Path) -> dict[str, Path]:
-    """A file:// index with a fake sdist, an x86-only source with a hash, an Arm-only one without."""
+    """A file:// index with a fake sdist, an x86-only source with a hash, an Arm one without."""
     project = tmp_path / "index" / "vllm"
     project.mkdir(parents=True)
     with tarfile.open(project / "vllm-0.1.0.tar.gz", "w:gz") as tar:

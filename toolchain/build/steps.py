@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,15 @@ def create_venv(build: BuildRun) -> None:
     marker.write_text("finished\n")
 
 
+def cuda_toolkit(environ: Mapping[str, str]) -> Path | None:
+    """The nvcc a CUDA torch's CMake package would find (CUDA_HOME, CUDA_PATH, PATH), or None."""
+    for variable in ("CUDA_HOME", "CUDA_PATH", "CUDA_TOOLKIT_ROOT_DIR"):
+        if environ.get(variable) and (Path(environ[variable]) / "bin" / "nvcc").is_file():
+            return Path(environ[variable]) / "bin" / "nvcc"
+    found = shutil.which("nvcc", path=environ.get("PATH", ""))
+    return Path(found) if found else None
+
+
 def install_requirements(build: BuildRun) -> None:
     plan, python, torch = build.plan, build.plan.paths.venv_python, build.plan.torch
     pip: list[str | Path] = [python, "-m", "pip", "install", "--disable-pip-version-check"]
@@ -202,6 +212,17 @@ def install_requirements(build: BuildRun) -> None:
             hint="give the PyTorch CPU index (--torch-index) or a folder with the "
             "+cpu wheel (--find-links); --allow-cuda-torch accepts it anyway",
         )
+    if cuda is not None:
+        toolkit = cuda_toolkit(os.environ)
+        if toolkit is None:
+            raise BuildError(
+                f"the build venv got torch {version}, a CUDA {cuda} build, and this machine has "
+                "no CUDA toolkit (no nvcc on PATH or under CUDA_HOME): torch's CMake package "
+                "(Caffe2Config.cmake) stops vLLM's configure without one",
+                hint="give the +cpu wheel (--find-links FOLDER, or --torch-index); a CUDA torch "
+                "builds only where the CUDA toolkit is installed",
+            )
+        reporter.detail(f"torch {version} is a CUDA {cuda} build; CUDA toolkit at {toolkit}")
     if not SpecifierSet(f"=={wanted}").contains(version, prereleases=True):
         raise BuildError(f"the build venv has torch {version}; the plan pins {wanted}")
     build.facts.torch = version

@@ -121,6 +121,35 @@ def test_pre_0_17_switches_reach_the_environment(host_of: Callable[..., Host]) -
     assert not any(key.startswith("VLLM_CPU_") for key in plan(host_of("x86-zen4")).env)
 
 
+BF16_I8MM = {"VLLM_CPU_ARM_BF16": "1", "VLLM_CPU_ARM_I8MM": "1"}
+
+
+@pytest.mark.parametrize(
+    ("machine", "version", "target", "switches"),
+    [
+        ("arm-graviton2", "0.32.0", "neon", {}),
+        ("arm-graviton2", "0.32.0", "bf16", {"VLLM_CPU_ARM_BF16": "1"}),
+        ("arm-graviton3", "0.32.0", "bf16i8mm", BF16_I8MM),
+        ("arm-neoverse-v2", "0.34.0", "bf16i8mm", BF16_I8MM),
+        ("arm-graviton2", "0.16.0", "neon", {}),
+        ("arm-graviton3", "0.16.0", "bf16", {}),  # before 0.17: BF16 only from the host's cpuinfo
+    ],
+)  # fmt: skip
+def test_every_arm_target_of_every_era_gets_its_switches_and_the_acl_job_cap(
+    host_of: Callable[..., Host], machine: str, version: str, target: str, switches: dict[str, str]
+) -> None:
+    result = plan(host_of(machine, cpus=64), version, target=target)
+    assert {k: v for k, v in result.env.items() if k.startswith("VLLM_CPU_")} == switches
+    assert "vllm-cpu-acl-max-jobs.patch" in [p.file.name for p in result.patches]
+    assert result.env["MAX_JOBS"] == str(result.max_jobs) and result.max_jobs < 64
+    assert any(d.name == "ComputeLibrary" for d in result.third_party)
+
+
+def test_the_acl_patch_is_for_arm_builds_only(host_of: Callable[..., Host]) -> None:
+    names = [p.file.name for p in plan(host_of("x86-zen4")).patches]
+    assert names == ["vllm-0.32-cpu-slot-mapping-fallback.patch"]
+
+
 def test_cross_target_is_allowed_but_warned(host_of: Callable[..., Host]) -> None:
     result = plan(host_of("x86-zen4"), "0.16.0", target="amx")
     assert result.min_isa[-2:] == ("amx_bf16", "amx_tile")
