@@ -134,8 +134,12 @@ def _build_args(paths: dict[str, Path], *extra: str) -> list[str]:
     reason="needs g++ and libnuma-dev (.ci/run installs them)",
 )
 def test_fake_vllm_builds_into_a_tagged_repaired_wheel(
-    fake_release: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+    fake_release: dict[str, Path],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("NINJA_STATUS", "%p ")  # a user's own ninja status must not hide progress
     assert main(_build_args(fake_release, "--jobs", "1")) == 0
     out = capsys.readouterr().out
     wheels = sorted(fake_release["wheels"].glob("*.whl"))
@@ -157,6 +161,7 @@ def test_fake_vllm_builds_into_a_tagged_repaired_wheel(
     sidecar = json.loads((wheel.parent / f"{wheel.name}.manifest.json").read_text())
     assert sidecar["wheel_sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
     assert sidecar["jobs"]["max_jobs"] == 1
+    assert sidecar["compile"]["steps"] >= 2, "the progress counter read ninja's [done/total]"
     assert "sha256  " + sidecar["wheel_sha256"] in out
     assert not list(fake_release["wheels"].glob(".*")), "no temporary files left behind"
 

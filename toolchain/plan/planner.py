@@ -56,6 +56,9 @@ def choose_python(recipe: Recipe, host: Host, wanted: str | None) -> tuple[str, 
     return newest, in_range[newest]
 
 
+NINJA_STATUS = "[%f/%t] "
+
+
 def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
     host.require_supported()
     arch = host.arch
@@ -102,6 +105,9 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         "CC": compiler.cc,
         "CXX": compiler.cxx,
         "VLLM_VERSION_OVERRIDE": wheel_version,
+        # The live progress line reads ninja's "[done/total]"; a user's own NINJA_STATUS would
+        # silently hide it.
+        "NINJA_STATUS": NINJA_STATUS,
         **deps_env,
         **_cache_env(host, options, build_dir, warnings),
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import sys
 import urllib.error
 import urllib.parse
@@ -34,7 +35,8 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 NO_REDIRECTS = urllib.request.build_opener(_NoRedirect)
-AUTH_WORDS = ("401", "403", "Invalid or non-existent authentication", "Forbidden", "Unauthorized")
+# Whole words only: a traceback's "line 1401" is not a refusal (seen on Python 3.13).
+AUTH_REFUSAL = re.compile(r"\b40[13]\b|Invalid or non-existent authentication|Forbidden|Unauthorized")
 
 
 @dataclass
@@ -209,7 +211,7 @@ def _upload_error(
 ) -> PublishError:
     undone = f"; {rollback.describe()}" if rollback.removed or rollback.left else ""
     url = redact(upload_url)
-    if any(word in exc.message for word in AUTH_WORDS):
+    if AUTH_REFUSAL.search(exc.message):
         return PublishError(
             f"{url} refused the credentials for {wheel.name}{undone}",
             hint="set TWINE_USERNAME and TWINE_PASSWORD (or store them in keyring) for this server",

@@ -44,6 +44,8 @@ EXPECTED = {
     # Lists avx_vnni, which is not avx512_vnni.
     "x86-alderlake": ("x86_64", ("avx2", "fma", "f16c"), "x86-64-v3", None),
     "arm-graviton2": ("aarch64", ARM_NEON_DOT, "Neoverse-N1", "Neoverse-N1"),
+    # Armv8.0: NEON without FP16 or dot product.
+    "arm-cortex-a72": ("aarch64", ("asimd",), "Cortex-A72", "Cortex-A72"),
     # Lists svebf16 and svei8mm beside bf16 and i8mm, and sve without sve2.
     "arm-graviton3": (
         "aarch64",
