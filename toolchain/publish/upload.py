@@ -36,7 +36,9 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 NO_REDIRECTS = urllib.request.build_opener(_NoRedirect)
 # Whole words only: a traceback's "line 1401" is not a refusal (seen on Python 3.13).
-AUTH_REFUSAL = re.compile(r"\b40[13]\b|Invalid or non-existent authentication|Forbidden|Unauthorized")
+AUTH_REFUSAL = re.compile(
+    r"\b40[13]\b|Invalid or non-existent authentication|Forbidden|Unauthorized"
+)
 
 
 @dataclass
