@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import os
 import shutil
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
@@ -17,13 +19,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from toolchain.build.pip_sdist import PIP_CHANGED
 from toolchain.errors import SourceError
 from toolchain.plan.recipes import Recipe, ThirdParty
+from toolchain.settings import PYPI_SIMPLE
 from toolchain.util import run
 from toolchain.util.files import CHUNK, atomic_path, sha256_file, tar_sha256
 from toolchain.util.report import reporter
 from toolchain.util.simple_api import project_files
 from toolchain.util.source_lock import check_archive
+from toolchain.util.urls import redact
 
 
 def index_file_url(index_url: str, project: str, filename: str) -> tuple[str, str | None]:
@@ -102,13 +107,62 @@ def fetch_sdist(
                 shutil.copyfile(mirror / sdist, temporary)
             return cache
         project = sdist.split("-")[0]
+        with atomic_path(cache) as temporary:
+            fetched = _pip_download(project, sdist, temporary, index_url)
+            if fetched is not None:
+                _check_download(fetched, temporary, sdist, sha256)
+                return cache
         url, stated = index_file_url(index_url, project, sdist)
-        if stated is not None and stated != sha256:
-            raise SourceError(
-                f"the index states sha256 {stated} for {sdist}; the recipe expects {sha256}",
-                hint="use the recipe's index, or fix the recipe",
-            )
+        _check_stated(sdist, stated, sha256)
         return download(url, cache, sha256)
+
+
+def _check_download(fetched: tuple[str, str | None], file: Path, sdist: str, sha256: str) -> None:
+    url, stated = fetched
+    _check_stated(sdist, stated, sha256)
+    found = sha256_file(file)
+    if found != sha256:
+        raise SourceError(
+            f"{url} has sha256 {found}, the recipe expects {sha256}",
+            hint="the file changed upstream or was tampered with; nothing was kept",
+        )
+    reporter.detail(f"downloaded {url} through pip")
+
+
+def _check_stated(sdist: str, stated: str | None, sha256: str) -> None:
+    if stated is not None and stated != sha256:
+        raise SourceError(
+            f"the index states sha256 {stated} for {sdist}; the recipe expects {sha256}",
+            hint="use the recipe's index, or fix the recipe",
+        )
+
+
+def _pip_download(
+    project: str, filename: str, dest: Path, index_url: str
+) -> tuple[str, str | None] | None:
+    """(URL, sha256 the index states) of `filename` fetched into `dest` by pip's own network layer
+    and configuration; None when this Python's pip cannot (then urllib fetches it)."""
+    argv: list[str | Path] = [sys.executable, "-m", "toolchain.build.pip_sdist", project]
+    argv += [filename, dest, *(["--index-url", index_url] if index_url != PYPI_SIMPLE else [])]
+    reporter.detail(f"fetching {filename} through pip (pip's index, credentials, proxy, CA)")
+    result = run.capture(argv, timeout=3600, check=False)
+    if result.returncode == PIP_CHANGED:
+        dest.unlink(missing_ok=True)
+        reporter.warning(
+            f"pip cannot fetch it here ({result.stderr.strip().splitlines()[-1]}); fetching "
+            f"from {redact(index_url)} without pip's configuration"
+        )
+        return None
+    if result.returncode != 0:
+        raise SourceError(
+            result.stderr.strip().splitlines()[-1]
+            if result.stderr.strip()
+            else f"pip could not fetch {filename} (exit {result.returncode})",
+            hint="check pip's configuration (pip config list) or --index-url, or put the "
+            "sdist in the --sources mirror",
+        )
+    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    return str(answer["url"]), answer["index_sha256"]
 
 
 def github_archive_url(repository: str, ref: str) -> str:

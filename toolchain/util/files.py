@@ -23,12 +23,14 @@ MARKER = ".vcb-unpacked"
 
 @contextmanager
 def atomic_path(final: Path) -> Iterator[Path]:
-    """A temporary path beside `final`, renamed onto it only if the block succeeds."""
+    """A temporary path beside `final`, renamed onto it only if the block succeeds (and wrote it:
+    a block that wrote nothing leaves `final` as it was)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     temporary = final.with_name(f".{final.name}.{os.getpid()}.part")
     try:
         yield temporary
-        temporary.replace(final)
+        if temporary.exists():
+            temporary.replace(final)
     finally:
         temporary.unlink(missing_ok=True)
 

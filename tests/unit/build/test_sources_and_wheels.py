@@ -6,12 +6,9 @@ import base64
 import csv
 import gzip
 import hashlib
-import http.server
 import io
-import json
 import signal
 import tarfile
-import threading
 import zipfile
 from pathlib import Path
 
@@ -180,78 +177,6 @@ def test_runtime_requirements_pin_torch_and_say_what_is_left_out(
         "triton @ https://x/t.whl",
     ]
     assert "CUDA" in result.left_out[0][1] and "direct URL" in result.left_out[1][1]
-
-
-class _Index(http.server.BaseHTTPRequestHandler):
-    """A tiny package index on loopback: PEP 691 JSON or PEP 503 HTML, and the file itself."""
-
-    payload = b"sdist bytes"
-    json_api = True
-
-    def do_GET(self) -> None:
-        digest = hashlib.sha256(self.payload).hexdigest()
-        if self.path == "/simple/vllm/":
-            if self.json_api:
-                body = json.dumps(
-                    {
-                        "files": [
-                            {
-                                "filename": "vllm-0.1.0.tar.gz",
-                                "url": "../../f",
-                                "hashes": {"sha256": digest},
-                            }
-                        ]
-                    }
-                ).encode()
-                kind = "application/vnd.pypi.simple.v1+json"
-            else:
-                body = f'<a href="/f#sha256={digest}">vllm-0.1.0.tar.gz</a>'.encode()
-                kind = "text/html"
-        elif self.path == "/f":
-            body, kind = self.payload, "application/octet-stream"
-        else:
-            self.send_error(404)
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", kind)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.mark.parametrize("json_api", [True, False])
-def test_sdist_comes_from_a_json_or_html_index_and_is_cached(
-    tmp_path: Path, json_api: bool, capsys: pytest.CaptureFixture[str]
-) -> None:
-    handler = type("Handler", (_Index,), {"json_api": json_api})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        cache = tmp_path / "cache" / "vllm-0.1.0.tar.gz"
-        digest = hashlib.sha256(_Index.payload).hexdigest()
-        index = f"http://127.0.0.1:{server.server_port}/simple"
-        fetch_sdist(
-            sdist="vllm-0.1.0.tar.gz", sha256=digest, cache=cache, index_url=index, mirror=None
-        )
-        assert cache.read_bytes() == _Index.payload
-        fetch_sdist(
-            sdist="vllm-0.1.0.tar.gz", sha256=digest, cache=cache, index_url=index, mirror=None
-        )
-        assert "cached at" in capsys.readouterr().out
-        with pytest.raises(SourceError, match="the recipe expects"):
-            fetch_sdist(
-                sdist="vllm-0.1.0.tar.gz",
-                sha256="f" * 64,
-                cache=tmp_path / "x",
-                index_url=index,
-                mirror=None,
-            )
-        assert not (tmp_path / "x").exists()
-    finally:
-        server.shutdown()
 
 
 @pytest.mark.integration
