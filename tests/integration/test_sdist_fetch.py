@@ -38,8 +38,8 @@ class _Index(http.server.BaseHTTPRequestHandler):
             return
         if self.path == "/simple/vllm/":
             if self.json_api:
-                files = [{"filename": "vllm-0.1.0.tar.gz", "url": "../../files/vllm-0.1.0.tar.gz", "hashes": {}}]
-                files[0]["hashes"] = {"sha256": DIGEST}
+                url = "../../files/vllm-0.1.0.tar.gz"
+                files = [{"filename": "vllm-0.1.0.tar.gz", "url": url, "hashes": {"sha256": DIGEST}}]
                 body = json.dumps({"meta": {"api-version": "1.0"}, "name": "vllm", "files": files})
                 kind = "application/vnd.pypi.simple.v1+json"
             else:
