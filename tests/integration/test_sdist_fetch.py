@@ -38,8 +38,8 @@ class _Index(http.server.BaseHTTPRequestHandler):
             return
         if self.path == "/simple/vllm/":
             if self.json_api:
-                url = "../../files/vllm-0.1.0.tar.gz"
-                files = [{"filename": "vllm-0.1.0.tar.gz", "url": url, "hashes": {"sha256": DIGEST}}]
+                name, hashes = "vllm-0.1.0.tar.gz", {"sha256": DIGEST}
+                files = [{"filename": name, "url": f"../../files/{name}", "hashes": hashes}]
                 body = json.dumps({"meta": {"api-version": "1.0"}, "name": "vllm", "files": files})
                 kind = "application/vnd.pypi.simple.v1+json"
             else:
