@@ -41,4 +41,5 @@ def py_cpuinfo() -> CpuInfo:
         model=str(info.get("brand_raw", "")),
         tokens=frozenset(str(flag) for flag in info.get("flags", [])),
         processors=int(info.get("count", 1)),
+        vendor=str(info.get("vendor_id_raw", "")),
     )

@@ -16,6 +16,7 @@ from toolchain.detect.isa import isa_table
 from toolchain.detect.memory import Memory, read_memory
 from toolchain.detect.proc_cpuinfo import CpuInfo, parse_cpuinfo
 from toolchain.detect.tools import BUILD_TOOLS, Tool, executables_on_path, find_tools, numa_header
+from toolchain.detect.uarch import microarchitecture
 from toolchain.errors import DataFileError, UnsupportedHostError, UsageError
 from toolchain.util.datafile import read_text
 from toolchain.util.platform import SUPPORTED_ARCHES, machine_arch
@@ -33,6 +34,7 @@ class Host:
     arm_core: str | None
     isa: dict[str, bool]
     isa_level: str
+    microarchitecture: str | None
     tokens: frozenset[str]
     source: str
     notes: tuple[str, ...]
@@ -205,6 +207,7 @@ def detect_host(
         arm_core=arm_core,
         isa=table.feature_flags(cpu.arch, cpu.tokens),
         isa_level=isa_level,
+        microarchitecture=microarchitecture(cpu, arm_core),
         tokens=cpu.tokens,
         source=source,
         notes=notes,

@@ -13,6 +13,7 @@ class CpuInfo:
     processors: int
     arm_implementer: str = ""
     arm_part: str = ""
+    vendor: str = ""  # x86 vendor_id (GenuineIntel, AuthenticAMD)
 
 
 def _blocks(text: str) -> list[dict[str, str]]:
@@ -70,4 +71,5 @@ def parse_cpuinfo(text: str) -> CpuInfo:
         processors=processors,
         arm_implementer=merged.get("cpu implementer", ""),
         arm_part=merged.get("cpu part", ""),
+        vendor=merged.get("vendor_id", ""),
     )

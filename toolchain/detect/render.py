@@ -24,6 +24,7 @@ def render_host(host: Host) -> str:
         f"CPU          {host.cpu_model or 'unknown model'} ({host.arch}"
         f"{'' if host.supported else ', NOT SUPPORTED by vLLM CPU'})",
         f"ISA level    {host.isa_level}",
+        f"microarch    {host.microarchitecture or 'unknown'} (archspec's name)",
         f"features     {' '.join(present) or 'none'}",
         f"missing      {' '.join(absent) or 'none'}",
         f"decided by   {SOURCE_WORDS.get(host.source, host.source)}",

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from toolchain.detect.isa import isa_table
 from toolchain.detect.proc_cpuinfo import parse_cpuinfo
+from toolchain.detect.uarch import microarchitecture
 
 CPUINFO = Path(__file__).resolve().parents[2] / "fixtures" / "cpuinfo"
 
@@ -125,3 +127,62 @@ def test_a_feature_missing_on_one_processor_is_missing() -> None:
     assert cpu.processors == 2
     assert isa_table().feature_flags(cpu.arch, cpu.tokens)["avx512f"] is False
     assert isa_table().feature_flags(cpu.arch, cpu.tokens)["avx2"] is True
+
+
+# archspec's names: what users know; None where vLLM's CPU backend does not run.
+MICROARCHITECTURE = {
+    "x86-sapphirerapids": "sapphirerapids",
+    "x86-skylake-avx512": "skylake_avx512",
+    "x86-cascadelake": "cascadelake",
+    "x86-zen4": "zen4",
+    "x86-haswell": "haswell",
+    "x86-alderlake": "alderlake",
+    # KVM hides flags zen4 needs from this guest: archspec says no more than the level.
+    "x86-epyc-kvm-buildhost": "x86_64_v4",
+    "arm-graviton2": "neoverse_n1",
+    "arm-graviton3": "neoverse_v1",
+    "arm-neoverse-v2": "neoverse_v2",
+    "arm-asahi-m1": "m1",
+    # archspec's cortex_a72 wants the crypto extension, which a Raspberry Pi 4 lacks: our core
+    # table names it rather than archspec's generic "aarch64".
+    "arm-cortex-a72": "cortex_a72",
+    "ppc64le-power9": None,
+    "riscv64-spacemit-x60": None,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MICROARCHITECTURE))
+def test_fixture_gets_its_microarchitecture_name(name: str) -> None:
+    cpu = parse_cpuinfo((CPUINFO / f"{name}.txt").read_text())
+    core = isa_table().arm_core(cpu.arm_implementer, cpu.arm_part)
+    assert microarchitecture(cpu, core) == MICROARCHITECTURE[name]
+
+
+def test_an_arm_part_archspec_does_not_know_is_named_from_our_table() -> None:
+    """By features alone a Neoverse-V3 passes for archspec's neoverse_v2."""
+    v2 = parse_cpuinfo((CPUINFO / "arm-neoverse-v2.txt").read_text())
+    v3 = dataclasses.replace(v2, arm_part="0xd84")
+    assert microarchitecture(v3, isa_table().arm_core("0x41", "0xd84")) == "neoverse_v3"
+
+
+@pytest.mark.parametrize(
+    ("implementer", "part", "name"),
+    [("0xc0", "0xac4", "AmpereOne-A"), ("0x43", "0x0af", "ThunderX2"),
+     ("0x4e", "0x010", "NVIDIA Olympus"), ("0x41", "0xd84", "Neoverse-V3")],
+)  # fmt: skip
+def test_the_arm_core_table_covers_archspec_and_more(
+    implementer: str, part: str, name: str
+) -> None:
+    assert isa_table().arm_core(implementer, part) == name
+
+
+def test_every_arm_part_archspec_knows_is_in_our_table() -> None:
+    from archspec.cpu import TARGETS, detect
+
+    vendors = {v: k for k, v in detect.TARGETS_JSON["conversions"]["arm_vendors"].items()}
+    known = {
+        f"{vendors[t.vendor]}:{t.cpu_part}"
+        for t in TARGETS.values()
+        if t.family.name == "aarch64" and t.cpu_part.startswith("0x")
+    }
+    assert known <= set(isa_table().arm_cores)
