@@ -103,6 +103,13 @@ PUBLISH_SETTINGS = (
         help="where the static per-variant index is written (default: index)",
     ),
     Setting(name="upload", help="also upload the wheels with twine to this index server URL"),
+    Setting(
+        name="wheel_variants",
+        kind=bool,
+        default=False,
+        help="also write INDEX/wheel-variants/simple/: variant wheels (PEP 825/850 drafts) "
+        "that uv --preview-features wheel-variants chooses from by x86-64 level",
+    ),
 )
 
 # Every setting, so any command accepts the whole [tool.vllm-cpu-builder] table.
@@ -276,6 +283,7 @@ class PublishOptions:
     work_dir: Path
     index_url: str  # the public index, for install-command's requirements
     sources: PipSources
+    wheel_variants: bool = False
 
 
 def publish_options(values: Mapping[str, Any]) -> PublishOptions:
@@ -286,4 +294,5 @@ def publish_options(values: Mapping[str, Any]) -> PublishOptions:
         work_dir=work_dir(values),
         index_url=checked_url(values["index_url"], "--index-url"),
         sources=pip_sources(values),
+        wheel_variants=bool(values["wheel_variants"]),
     )

@@ -88,6 +88,43 @@ def replace_files(wheel: Path, replaced: dict[str, bytes]) -> None:
             target.writestr(record_name, _csv_lines(records))
 
 
+def retag_wheel(
+    source: Path, dest: Path, *, version: str, add: dict[str, bytes] | None = None
+) -> Path:
+    """A copy of `source` at `dest` as `version`: the .dist-info folder renamed, METADATA's Version
+    and RECORD rewritten, `add` (name -> content) put into the .dist-info. Written atomically."""
+    with zipfile.ZipFile(source) as archive:
+        old = dist_info(archive.namelist())
+        new = f"{old.split('-', 1)[0]}-{version}.dist-info"
+        with (
+            atomic_path(dest) as temporary,
+            zipfile.ZipFile(temporary, "w", compression=zipfile.ZIP_DEFLATED) as target,
+        ):
+            records: list[tuple[str, str, str]] = []
+
+            def put(name: str, data: bytes) -> None:
+                target.writestr(name, data)
+                records.append((name, _record_hash(data), str(len(data))))
+
+            for item in archive.infolist():
+                name = item.filename
+                if name == f"{old}/RECORD":
+                    continue
+                data = archive.read(item)
+                if name == f"{old}/METADATA":
+                    lines = data.decode().split("\n")
+                    data = "\n".join(
+                        f"Version: {version}" if line.startswith("Version:") else line
+                        for line in lines
+                    ).encode()
+                put(new + name[len(old) :] if name.startswith(f"{old}/") else name, data)
+            for name, data in (add or {}).items():
+                put(f"{new}/{name}", data)
+            records.append((f"{new}/RECORD", "", ""))
+            target.writestr(f"{new}/RECORD", _csv_lines(records))
+    return dest
+
+
 def _csv_lines(rows: Iterable[tuple[str, str, str]]) -> str:
     """RECORD is CSV: a file name with a comma in it must be quoted (vLLM ships such names)."""
     buffer = io.StringIO()

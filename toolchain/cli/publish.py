@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,14 +12,15 @@ from typing import Any
 from toolchain.cli.common import settings_values
 from toolchain.detect.host import detect_host
 from toolchain.errors import UsageError
+from toolchain.publish import wheel_variants
 from toolchain.publish.index import publish_index, read_wheels
-from toolchain.publish.install_command import plan_install
+from toolchain.publish.install_command import plan_install, plan_uv_install
 from toolchain.publish.upload import upload
 from toolchain.settings import add_setting_flags, publish_options, settings_named
 from toolchain.util import run
 from toolchain.util.urls import checked_url, redact
 
-PUBLISH_FLAGS = settings_named("wheel_dir", "index_dir", "upload", "work_dir")
+PUBLISH_FLAGS = settings_named("wheel_dir", "index_dir", "upload", "work_dir", "wheel_variants")
 INSTALL_FLAGS = settings_named("index_dir", "index_url", "torch_index", "find_links", "work_dir")
 
 
@@ -33,10 +36,16 @@ def cmd_publish(args: argparse.Namespace) -> int:
         print(f"uploaded to {where}: {', '.join(report.uploaded) or 'nothing new'}")
         if report.skipped:
             print(f"already there, identical: {', '.join(report.skipped)}")
-    published = publish_index(wheels, options.index_dir)
+    published = publish_index(wheels, options.index_dir, wheel_variants=options.wheel_variants)
     for variant in sorted({w.variant for w in published.wheels}):
         names = [w.path.name for w in published.wheels if w.variant == variant]
         print(f"{variant}/simple/: {', '.join(names)}")
+    if options.wheel_variants:
+        pages = sorted((published.root / wheel_variants.FOLDER / "simple").glob("*/index.json"))
+        names = [f["filename"] for page in pages for f in json.loads(page.read_text())["files"]]
+        print(f"{wheel_variants.FOLDER}/simple/: {', '.join(names) or 'nothing to choose from'}")
+        for note in published.notes:
+            print(f"  {note}")
     state = "written" if published.changed else "unchanged (same wheels)"
     print(f"index {published.root} -> {published.generation.name}: {state}")
     return 0
@@ -56,22 +65,34 @@ def cmd_install_command(args: argparse.Namespace) -> int:
             f"--python {args.python}: no such file", hint="give the python to install into"
         )
     index = checked_url(args.index, "--index") if args.index else index_dir.absolute().as_uri()
-    plan = plan_install(
-        index,
-        detect_host().isa,
-        project=args.package,
-        version=args.version,
-        python=args.python,
-        public_index=options.index_url,
-        sources=options.sources,
-    )
+    common: dict[str, Any] = {
+        "project": args.package,
+        "version": args.version,
+        "python": args.python,
+        "public_index": options.index_url,
+        "sources": options.sources,
+    }
+    isa = detect_host().isa
+    if args.installer == "uv":
+        plan = plan_uv_install(index, isa, uv=_find_uv(), **common)
+    else:
+        plan = plan_install(index, isa, **common)
     print(plan.render())
     if args.run:
         log = options.work_dir / "install.log"
         for command in plan.commands:
-            run.run_logged(list(command), log=log, what="pip install")
+            run.run_logged(list(command), log=log, what=f"{args.installer} install")
         print(f"installed {plan.chosen.filename} (log: {log})")
     return 0
+
+
+def _find_uv() -> str:
+    """uv on PATH, or beside this Python (a venv's bin/ that is not on PATH)."""
+    beside = Path(sys.executable).parent / "uv"
+    found = shutil.which("uv") or (str(beside) if beside.is_file() else None)
+    if found is None:
+        raise UsageError("uv is not installed", hint="pip install 'uv>=0.13' (0.13 reads variants)")
+    return found
 
 
 def configure_parser(commands: Any) -> None:
@@ -90,5 +111,12 @@ def configure_parser(commands: Any) -> None:
         "--python", type=Path, default=Path(sys.executable), help="the Python to install into"
     )
     install.add_argument("--run", action="store_true", help="run the commands too")
+    install.add_argument(
+        "--installer",
+        choices=["pip", "uv"],
+        default="pip",
+        help="pip: the per-ISA index; uv: the wheel-variants index (publish --wheel-variants), "
+        "uv choosing the variant (preview feature)",
+    )
     add_setting_flags(install, INSTALL_FLAGS)
     install.set_defaults(handler=cmd_install_command)

@@ -34,6 +34,7 @@ from packaging.version import Version
 
 from toolchain.errors import DataFileError, PublishError
 from toolchain.plan.recipes import ISA_MODELS_FILE, default_recipes_dir, load_isa_models
+from toolchain.publish import wheel_variants
 from toolchain.publish.index_check import validate
 from toolchain.util.files import file_lock, sha256_file
 from toolchain.wheelfile import check_wheel, core_metadata, read_manifest
@@ -135,8 +136,15 @@ def file_url(wheel: IndexedWheel) -> str:
     return f"../../../files/{quote(wheel.path.name)}"  # '+' as %2B, as PyTorch's index does
 
 
-def project_html(project: str, wheels: Sequence[IndexedWheel]) -> str:
-    links = []
+def project_html(
+    project: str, wheels: Sequence[IndexedWheel], others: Sequence[tuple[str, str]] = ()
+) -> str:
+    """The project page; `others` are (file name, sha256) of files that are not wheels."""
+    links = [
+        f'<a href="{html.escape(f"../../../files/{quote(name)}#sha256={digest}")}">'
+        f"{html.escape(name)}</a>"
+        for name, digest in others
+    ]
     for wheel in wheels:
         attrs = f' data-dist-info-metadata="sha256={wheel.metadata_sha256}"'
         attrs += f' data-core-metadata="sha256={wheel.metadata_sha256}"'
@@ -147,12 +155,18 @@ def project_html(project: str, wheels: Sequence[IndexedWheel]) -> str:
     return _page(f"Links for {project}", links)
 
 
-def project_json(project: str, wheels: Sequence[IndexedWheel]) -> dict[str, Any]:
+def project_json(
+    project: str, wheels: Sequence[IndexedWheel], others: Sequence[tuple[str, str]] = ()
+) -> dict[str, Any]:
     return {
         "meta": {"api-version": API_VERSION},
         "name": project,
         "versions": sorted({w.version for w in wheels}, key=Version),
         "files": [
+            {"filename": name, "url": f"../../../files/{quote(name)}", "hashes": {"sha256": digest}}
+            for name, digest in others
+        ]
+        + [
             {
                 "filename": w.path.name,
                 "url": file_url(w),
@@ -175,14 +189,17 @@ def root_json(projects: Iterable[str]) -> dict[str, Any]:
     return {"meta": {"api-version": API_VERSION}, "projects": [{"name": p} for p in projects]}
 
 
-def generation_name(wheels: Sequence[IndexedWheel]) -> str:
-    digest = hashlib.sha256(FORMAT.encode())
+def generation_name(wheels: Sequence[IndexedWheel], *, wheel_variants: bool = False) -> str:
+    digest = hashlib.sha256(f"{FORMAT}{' wheel-variants' if wheel_variants else ''}".encode())
     for wheel in sorted(wheels, key=lambda w: w.path.name):
         digest.update(f"{wheel.path.name} {wheel.sha256}\n".encode())
     return f"gen-{digest.hexdigest()[:16]}"
 
 
-def write_generation(wheels: Sequence[IndexedWheel], folder: Path) -> None:
+def write_generation(
+    wheels: Sequence[IndexedWheel], folder: Path, *, wheel_variants: bool = False
+) -> tuple[str, ...]:
+    """Write a whole index into `folder`; returns notes on what wheel variants left out."""
     files = folder / "files"
     files.mkdir(parents=True)
     for wheel in wheels:
@@ -210,6 +227,50 @@ def write_generation(wheels: Sequence[IndexedWheel], folder: Path) -> None:
     (folder / "index.html").write_text(
         _page("vLLM CPU wheels", (f'<a href="{v}/simple/">{v}</a>' for v in variants))
     )
+    return _write_wheel_variants(wheels, folder) if wheel_variants else ()
+
+
+def _write_wheel_variants(wheels: Sequence[IndexedWheel], folder: Path) -> tuple[str, ...]:
+    """ROOT/wheel-variants/simple/: each release's variant wheels, fallback and variants.json."""
+    files, notes = folder / "files", []
+    pages: dict[str, tuple[list[IndexedWheel], list[tuple[str, str]]]] = {}
+    releases: dict[tuple[str, str], list[wheel_variants.Source]] = {}
+    for wheel in wheels:
+        if "x86_64" in wheel.path.name.rsplit("-", 1)[-1]:
+            key = (wheel.project, Version(wheel.version).public)
+            releases.setdefault(key, []).append(
+                wheel_variants.Source(
+                    path=wheel.path,
+                    project=wheel.project,
+                    version=wheel.version,
+                    target=wheel.variant,
+                    min_isa=wheel.min_isa,
+                )
+            )
+    for (project, public), sources in sorted(releases.items()):
+        release = wheel_variants.release_variants(sources, files)
+        if release is None:
+            notes.append(f"{project} {public}: no build maps to an x86-64 level: no variants")
+            continue
+        notes += release.notes
+        indexed, others = pages.setdefault(project, ([], []))
+        for path in release.files:
+            if path.suffix == ".whl":
+                derived = read_wheel(path)
+                (files / f"{path.name}.metadata").write_bytes(derived.metadata)
+                indexed.append(derived)
+            else:
+                others.append((path.name, sha256_file(path)))
+    simple = folder / wheel_variants.FOLDER / "simple"
+    _write_pair(simple, root_html(sorted(pages)), root_json(sorted(pages)))
+    for project, (indexed, others) in sorted(pages.items()):
+        indexed.sort(key=lambda w: w.path.name)
+        _write_pair(
+            simple / project,
+            project_html(project, indexed, sorted(others)),
+            project_json(project, indexed, sorted(others)),
+        )
+    return tuple(notes)
 
 
 def _write_pair(folder: Path, page: str, data: dict[str, Any]) -> None:
@@ -224,9 +285,12 @@ class Published:
     generation: Path
     changed: bool
     wheels: tuple[IndexedWheel, ...]
+    notes: tuple[str, ...] = ()
 
 
-def publish_index(wheel_paths: Sequence[Path], root: Path) -> Published:
+def publish_index(
+    wheel_paths: Sequence[Path], root: Path, *, wheel_variants: bool = False
+) -> Published:
     """Make `root` serve exactly these wheels; unchanged input changes nothing."""
     if root.exists() and not root.is_symlink():
         raise PublishError(
@@ -237,7 +301,7 @@ def publish_index(wheel_paths: Sequence[Path], root: Path) -> Published:
     try:
         root.parent.mkdir(parents=True, exist_ok=True)
         with file_lock(root.with_name(f".{root.name}.lock"), what="publish", wait=True):
-            return _publish_locked(wheels, root)
+            return _publish_locked(wheels, root, wheel_variants)
     except OSError as exc:
         now = f"{root} still serves {os.readlink(root)}" if root.is_symlink() else "no index yet"
         raise PublishError(
@@ -246,15 +310,17 @@ def publish_index(wheel_paths: Sequence[Path], root: Path) -> Published:
         ) from exc
 
 
-def _publish_locked(wheels: tuple[IndexedWheel, ...], root: Path) -> Published:
+def _publish_locked(
+    wheels: tuple[IndexedWheel, ...], root: Path, variants: bool = False
+) -> Published:
     generations = root.parent / f".{root.name}.generations"
-    generation = generations / generation_name(wheels)
+    generation = generations / generation_name(wheels, wheel_variants=variants)
     _remove_leftovers(root, generations)  # of killed runs: only the lock holder writes here
     if root.is_symlink() and root.resolve() == generation.resolve() and generation.is_dir():
         return Published(root=root, generation=generation, changed=False, wheels=wheels)
     partial = generations / f".{generation.name}.{os.getpid()}.part"
     try:
-        write_generation(wheels, partial)
+        notes = write_generation(wheels, partial, wheel_variants=variants)
         problems = validate(partial)
         if problems:
             raise PublishError("the new index does not validate: " + "; ".join(problems))
@@ -268,7 +334,7 @@ def _publish_locked(wheels: tuple[IndexedWheel, ...], root: Path) -> Published:
     swap.symlink_to(os.path.relpath(generation, root.parent))
     swap.replace(root)  # one rename: readers see the old index or the new one
     _prune(root, generations, keep={generation.name, previous.name if previous else ""})
-    return Published(root=root, generation=generation, changed=True, wheels=wheels)
+    return Published(root=root, generation=generation, changed=True, wheels=wheels, notes=notes)
 
 
 def _remove_leftovers(root: Path, generations: Path) -> None:

@@ -55,7 +55,7 @@ def _check_project(folder: Path) -> list[str]:
     data: dict[str, Any] = json.loads((folder / "index.json").read_text())
     if data.get("name") != folder.name:
         problems.append(f"{folder}: JSON name {data.get('name')!r} is not {folder.name!r}")
-    from_html = {}
+    from_html: dict[str, tuple[str, str, str | None, str | None]] = {}
     for attrs, text in anchors(page):
         url, fragment = urldefrag(attrs.get("href") or "")
         target = (folder / unquote(url)).resolve()
@@ -64,6 +64,9 @@ def _check_project(folder: Path) -> list[str]:
             continue
         if sha256_file(target) != fragment.removeprefix("sha256="):
             problems.append(f"{folder}: {text}: sha256 fragment does not match the file")
+        if not text.endswith(".whl"):  # a wheel-variants {name}-{version}-variants.json
+            from_html[text] = (url, fragment, None, None)
+            continue
         core = attrs.get("data-core-metadata") or ""
         metadata = target.with_name(target.name + ".metadata")
         if core != attrs.get("data-dist-info-metadata") or not metadata.is_file():
@@ -76,7 +79,7 @@ def _check_project(folder: Path) -> list[str]:
             f["url"],
             f"sha256={f['hashes']['sha256']}",
             f.get("requires-python"),
-            f"sha256={f['core-metadata']['sha256']}",
+            f"sha256={f['core-metadata']['sha256']}" if "core-metadata" in f else None,
         )
         for f in data.get("files", [])
     }

@@ -9,6 +9,7 @@ one release, the exact version this CPU runs is pinned, since pip would take the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
 import shlex
@@ -25,6 +26,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from toolchain.errors import PublishError
+from toolchain.publish import wheel_variants
 from toolchain.publish.index import target_min_isa
 from toolchain.runtime_deps import PipSources, RuntimePlan, plan_requirements
 from toolchain.settings import PYPI_SIMPLE
@@ -215,3 +217,83 @@ def plan_install(
     internal = ("--index-url", chosen.simple_url, "--no-deps", f"{project}=={chosen.version}")
     commands.append((*pip, *internal))
     return InstallPlan(chosen=chosen, deps=deps, commands=tuple(commands), notes=tuple(notes))
+
+
+def host_level(host_isa: Mapping[str, bool]) -> str | None:
+    """The highest x86-64 level (as the wheel-variants labels name them) this CPU has."""
+    levels = wheel_variants.LEVELS.items()
+    return next((lv for lv, needs in reversed(levels) if all(host_isa.get(f) for f in needs)), None)
+
+
+def plan_uv_install(
+    index: str,
+    host_isa: Mapping[str, bool],
+    *,
+    uv: str,
+    project: str = "vllm",
+    version: str | None = None,
+    python: Path = Path(sys.executable),
+    public_index: str = PYPI_SIMPLE,
+    sources: PipSources = NO_SOURCES,
+) -> InstallPlan:
+    """uv's commands for the wheel-variants index. uv itself picks the variant by the CPU's
+    x86-64 level; the plan says which one it should pick here."""
+    simple = urllib.parse.urljoin(index.rstrip("/") + "/", f"{wheel_variants.FOLDER}/simple/")
+    page = f"{simple}{canonicalize_name(project)}/"
+    try:
+        files = [f for f in project_files(page) if f.filename.endswith(".whl")]
+    except OSError as exc:
+        raise PublishError(
+            f"cannot read {page}: {exc}",
+            hint="publish with --wheel-variants, or give the index root with --index",
+        ) from exc
+    releases = sorted({_version(f.filename) for f in files})
+    wanted = [v for v in releases if version is None or version in (v.public, str(v))]
+    if not wanted:
+        raise PublishError(f"{page} has no {project} {version or 'release'} ({releases})")
+    mine = [f for f in files if _version(f.filename) == wanted[-1]]
+    fallback = next(f for f in mine if _label(f.filename) is None)
+    level = host_level(host_isa)
+    rank = {f"x86_64_{name}": index for index, name in enumerate(wheel_variants.LEVELS)}
+    top = rank.get(f"x86_64_{level}", -1)
+    fitting = [f for f in mine if rank.get(_label(f.filename) or "", top + 1) <= top]
+    expected = max(fitting, key=lambda f: rank[_label(f.filename) or ""], default=fallback)
+    label = _label(expected.filename)
+    chosen = Candidate(
+        filename=expected.filename,
+        url=expected.url,
+        version=wanted[-1],
+        variant=label or "null (the non-variant fallback)",
+        min_isa=tuple(sorted(wheel_variants.LEVELS[label.removeprefix("x86_64_")]))
+        if label
+        else (),
+        metadata_url=fallback.url + ".metadata" if fallback.has_metadata else None,
+        simple_url=simple,
+    )
+    deps = plan_requirements(candidate_requirements(dataclasses.replace(chosen, url=fallback.url)))
+    install = (uv, "pip", "install", "--python", str(python))
+    commands = []
+    if deps.install:
+        torch = next((r for r in deps.install if r.startswith("torch==")), None)
+        commands.append(
+            (*install, "--index-url", public_index, *sources.args(torch=bool(torch)), *deps.install)
+        )
+    internal = ("--preview-features", "wheel-variants", "--index-url", simple, "--no-deps")
+    commands.append((*install, *internal, f"{project}=={wanted[-1]}"))
+    note = (
+        f"uv picks by this CPU's x86-64 level ({level or 'below v3'}): expect {expected.filename}"
+    )
+    return InstallPlan(chosen=chosen, deps=deps, commands=tuple(commands), notes=(note,))
+
+
+def _label(filename: str) -> str | None:
+    """The variant label of a wheel file name (PEP 825: after the platform tag), or None."""
+    parts = filename.removesuffix(".whl").split("-")
+    has_build = len(parts) > 2 and parts[2][:1].isdigit()
+    return parts[-1] if len(parts) == (7 if has_build else 6) else None
+
+
+def _version(filename: str) -> Version:
+    label = _label(filename)
+    plain = filename.removesuffix(f"-{label}.whl") + ".whl" if label else filename
+    return Version(str(parse_wheel_filename(plain)[1]))
