@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +141,21 @@ def build_wheel_file(
 def make_wheel() -> Callable[..., Path]:
     """build_wheel_file, as a fixture: make_wheel(folder, name, version, requires=...)."""
     return build_wheel_file
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Callable[[Path], str]]:
+    """Serve a folder over HTTP on a loopback port, as a static web server would."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def serve(folder: Path) -> str:
+        handler = partial(SimpleHTTPRequestHandler, directory=str(folder))
+        handler.log_message = lambda *args: None  # type: ignore[attr-defined]
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}/"
+
+    yield serve
+    for server in servers:
+        server.shutdown()

@@ -99,6 +99,13 @@ def read_wheel(path: Path) -> IndexedWheel:
     except DataFileError as exc:
         raise PublishError(f"{exc.message}; nothing was published", hint=exc.hint) from exc
     name, version, _, _ = parse_wheel_filename(path.name)
+    variant, min_isa = variant_of(path)
+    return index_entry(path, canonicalize_name(name), str(version), variant, min_isa)
+
+
+def index_entry(
+    path: Path, project: str, version: str, variant: str, min_isa: tuple[str, ...]
+) -> IndexedWheel:
     metadata = core_metadata(path)
     requires_python = next(
         (
@@ -108,11 +115,10 @@ def read_wheel(path: Path) -> IndexedWheel:
         ),
         None,
     )
-    variant, min_isa = variant_of(path)
     return IndexedWheel(
         path=path,
-        project=canonicalize_name(name),
-        version=str(version),
+        project=project,
+        version=version,
         variant=variant,
         min_isa=min_isa,
         sha256=sha256_file(path),
@@ -256,7 +262,12 @@ def _write_wheel_variants(wheels: Sequence[IndexedWheel], folder: Path) -> tuple
         indexed, others = pages.setdefault(project, ([], []))
         for path in release.files:
             if path.suffix == ".whl":
-                derived = read_wheel(path)
+                label = path.name.removesuffix(".whl").split("-")[-1]
+                level = label.removeprefix("x86_64_") if label.startswith("x86_64_") else None
+                isa = tuple(sorted(wheel_variants.LEVELS[level])) if level else ()
+                derived = index_entry(
+                    path, project, release.version, label if level else "null", isa
+                )
                 (files / f"{path.name}.metadata").write_bytes(derived.metadata)
                 indexed.append(derived)
             else:

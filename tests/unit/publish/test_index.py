@@ -6,11 +6,8 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import venv
-from collections.abc import Callable, Iterator
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -130,24 +127,6 @@ def test_install_command_picks_the_variant_this_cpu_runs(wheels: Path, tmp_path:
     assert avx2.chosen.filename == "vcbdemo-1.0+cpu.avx2-py3-none-any.whl"
     with pytest.raises(PublishError, match="no variant this CPU runs with vcbdemo"):
         plan_install(root.as_uri(), {}, project="vcbdemo")
-
-
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[Callable[[Path], str]]:
-    """Serve a folder over HTTP on a loopback port, as a static web server would."""
-    servers: list[ThreadingHTTPServer] = []
-
-    def serve(folder: Path) -> str:
-        handler = partial(SimpleHTTPRequestHandler, directory=str(folder))
-        handler.log_message = lambda *args: None  # type: ignore[attr-defined]
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}/"
-
-    yield serve
-    for server in servers:
-        server.shutdown()
 
 
 @pytest.mark.integration
