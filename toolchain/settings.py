@@ -14,6 +14,7 @@ from typing import Any
 
 from toolchain.errors import DataFileError, UsageError
 from toolchain.runtime_deps import PYTORCH_CPU_INDEX, PipSources
+from toolchain.util.compile_cache import SharedCache, parse_cache
 from toolchain.util.datafile import load_toml
 from toolchain.util.units import MIB
 from toolchain.util.urls import checked_url
@@ -86,6 +87,12 @@ BUILD_SETTINGS = (
         name="index_url",
         default=PYPI_SIMPLE,
         help="public index: the vLLM sdist, install-command's requirements (default: PyPI)",
+    ),
+    Setting(
+        name="cache",
+        help="a compile cache shared between machines, through sccache: redis://HOST:6379, "
+        "s3://BUCKET/PREFIX, webdav+https://HOST/PATH or a folder; credentials only from the "
+        "environment (default: ccache, local)",
     ),
     Setting(
         name="allow_cuda_torch",
@@ -222,6 +229,7 @@ class BuildOptions:
     reserve_bytes: int = 512 * MIB
     index_url: str = PYPI_SIMPLE
     allow_cuda_torch: bool = False
+    cache: SharedCache | None = None
 
 
 def _optional_path(value: str | None) -> Path | None:
@@ -258,6 +266,7 @@ def build_options(values: Mapping[str, Any]) -> BuildOptions:
         reserve_bytes=values["reserve_mib"] * MIB,
         index_url=checked_url(values["index_url"], "--index-url"),
         allow_cuda_torch=values["allow_cuda_torch"],
+        cache=parse_cache(values["cache"]) if values["cache"] else None,
     )
 
 

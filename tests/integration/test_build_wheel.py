@@ -6,11 +6,13 @@ import hashlib
 import io
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
+import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -204,3 +206,70 @@ def test_missing_mirror_file_stops_before_compiling(
     assert code == 8
     assert "fakednn-1.0.tar.gz is missing (expected tar sha256" in err
     assert "Traceback" not in err
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    """A real Redis on a loopback port, as a build farm's shared compile cache."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("needs redis-server (apt-get install redis-server; .ci/run installs it)")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for _ in range(100):
+            with socket.socket() as client:
+                if client.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _elsewhere(paths: dict[str, Path], where: Path) -> dict[str, Path]:
+    """The same release built on another machine: its own work folder and wheel folder."""
+    return {**paths, "work": where / "work", "wheels": where / "wheels"}
+
+
+def _cache_facts(paths: dict[str, Path]) -> object:
+    (wheel,) = paths["wheels"].glob("*.whl")
+    return json.loads((wheel.parent / f"{wheel.name}.manifest.json").read_text())["compile_cache"]
+
+
+@pytest.mark.integration
+def test_a_shared_cache_serves_a_second_machine(
+    fake_release: dict[str, Path],
+    redis_url: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    assert main(_build_args(fake_release, "--jobs", "1", "--cache", redis_url)) == 0
+    first = _cache_facts(fake_release)
+    assert isinstance(first, dict) and first["used"] and first["hits"] == 0
+    assert first["misses"] >= 1 and first["errors"] == 0
+    assert f"compile cache {redis_url}: 0 hits, {first['misses']} misses" in capsys.readouterr().out
+    # another machine: a fresh work folder, so no local cache and no build folder to resume
+    second = _elsewhere(fake_release, tmp_path / "second")
+    assert main(_build_args(second, "--jobs", "1", "--cache", redis_url)) == 0
+    expected = {**first, "hits": first["misses"], "misses": 0}
+    assert _cache_facts(second) == expected
+    assert f"compile cache {redis_url}: {first['misses']} hits, 0 misses" in capsys.readouterr().out
+
+
+@pytest.mark.integration
+def test_a_dead_cache_warns_once_and_the_build_goes_on(
+    fake_release: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    dead = "redis://127.0.0.1:9"
+    assert main(_build_args(fake_release, "--jobs", "1", "--cache", dead)) == 0
+    out = capsys.readouterr().out
+    assert out.count(f"warning: the compile cache {dead} cannot be used") == 1
+    facts = _cache_facts(fake_release)
+    assert isinstance(facts, dict) and facts["used"] is False and facts["why_not"]

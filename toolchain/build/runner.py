@@ -28,6 +28,7 @@ class BuildFacts:
     repaired_wheel: Path | None = None
     dropped: list[str] = field(default_factory=list)
     delivered: Path | None = None
+    cache: dict[str, Any] | None = None  # the shared compile cache: where, used, hits, misses
 
 
 @dataclass

@@ -20,10 +20,10 @@ from toolchain import __version__
 from toolchain.build.compilation import MemoryGuard, compile_logged
 from toolchain.build.provision import provision_gxx
 from toolchain.build.runner import BuildRun, StepFunction, run_steps
+from toolchain.build.shared_cache import count_and_stop, start_cache, without_cache
 from toolchain.build.sources import fetch_sdist
 from toolchain.detect.tools import numa_header, tool_version
 from toolchain.errors import BuildError, SourceError, ToolchainError
-from toolchain.plan.buildplan import BuildPlan
 from toolchain.runtime_deps import PipSources
 from toolchain.util import run
 from toolchain.util.files import MARKER as UNPACK_MARKER
@@ -253,10 +253,16 @@ def check_build_tools(build: BuildRun) -> None:
     reporter.detail(f"cmake {versions['cmake']}, ninja {versions['ninja']} (from the build venv)")
 
 
-def compile_env(plan: BuildPlan) -> dict[str, str]:
+def compile_env(build: BuildRun) -> dict[str, str]:
+    plan = build.plan
     env = {**os.environ, **plan.env}
     env["PATH"] = f"{plan.paths.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
-    return env
+    cache = build.facts.cache
+    return without_cache(env) if cache is not None and not cache["used"] else env
+
+
+def start_cache_step(build: BuildRun) -> None:
+    start_cache(build, compile_env(build))
 
 
 def compile_step(build: BuildRun) -> None:
@@ -278,11 +284,13 @@ def compile_step(build: BuildRun) -> None:
             dist,
             plan.source_folder,
         ],
-        env=compile_env(plan),
+        env=compile_env(build),
         cwd=plan.source_folder,
         log=build.log,
         guard=guard,
     )
+    if build.facts.cache is not None and build.facts.cache["used"]:
+        count_and_stop(build, compile_env(build))
     wheels = sorted(dist.glob("*.whl"))
     if len(wheels) != 1:
         raise BuildError(f"the compile left {len(wheels)} wheels in {dist}, expected one")
@@ -368,6 +376,7 @@ def manifest(build: BuildRun, wheel_name: str) -> dict[str, Any]:
         },
         "jobs": {"max_jobs": plan.max_jobs, "limited_by": plan.jobs.limited_by},
         "compile": build.compile_facts(),
+        "compile_cache": build.facts.cache,
         "durations_seconds": dict(build.durations),
         "dropped_requirements": [dataclasses.asdict(d) for d in plan.dropped_requirements],
         "patches": [{"file": p.file.name, "sha256": p.sha256} for p in plan.patches],
@@ -410,6 +419,7 @@ STEPS: dict[str, StepFunction] = {
     "check-toolchain": check_toolchain,
     "create-venv": create_venv,
     "install-build-requirements": install_requirements,
+    "start-cache": start_cache_step,
     "compile": compile_step,
     "repair": repair,
     "deliver": deliver,

@@ -9,6 +9,7 @@ from typing import Any
 
 from toolchain.plan.jobs import JobSizing
 from toolchain.plan.recipes import DroppedRequirement, Patch
+from toolchain.util.compile_cache import SharedCache
 
 
 def to_json(value: Any) -> Any:
@@ -133,6 +134,7 @@ class BuildPlan:
     steps: tuple[Step, ...]
     dropped_requirements: tuple[DroppedRequirement, ...] = ()
     patches: tuple[Patch, ...] = ()
+    shared_cache: SharedCache | None = None
     cmake_min: str = ""
     warnings: tuple[str, ...] = field(default_factory=tuple)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import tempfile
 from pathlib import Path
 
 from packaging.version import Version
@@ -152,6 +154,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         ),
         dropped_requirements=recipe.drop_requirements,
         patches=patches,
+        shared_cache=options.cache,
         cmake_min=recipe.cmake_min,
         warnings=tuple(warnings + deps_warnings + _patch_warnings(patches, options)),
     )
@@ -202,8 +205,25 @@ def _third_party(
 def _cache_env(
     host: Host, options: BuildOptions, build_dir: Path, warnings: list[str]
 ) -> dict[str, str]:
-    # vLLM's setup.py prefers sccache when both are on PATH; configure the one it will use.
     names = {tool.name for tool in host.build_tools}
+    if options.cache is not None:
+        # The pinned sccache in the build venv (on the compile's PATH): vLLM's setup.py takes
+        # sccache when it finds one. Its server listens on a socket of this build only. ccache's
+        # settings stay for the fallback when the cache cannot be reached.
+        shared = {
+            "CMAKE_C_COMPILER_LAUNCHER": "sccache",
+            "CMAKE_CXX_COMPILER_LAUNCHER": "sccache",
+            # a socket path must be short (108 bytes): named after the build folder, in /tmp
+            "SCCACHE_SERVER_UDS": str(
+                Path(tempfile.gettempdir())
+                / f"vcb-sccache-{hashlib.sha256(str(build_dir).encode()).hexdigest()[:16]}.sock"
+            ),
+            "SCCACHE_IDLE_TIMEOUT": "0",
+            **options.cache.env,
+        }
+        fallback = _ccache_env(options, build_dir) if "ccache" in names else {}
+        return {**fallback, **shared}
+    # vLLM's setup.py prefers sccache when both are on PATH; configure the one it will use.
     launcher: str | None = next((n for n in ("sccache", "ccache") if n in names), None)
     if launcher is None:
         warnings.append(
@@ -212,19 +232,19 @@ def _cache_env(
         )
         return {}
     env = {"CMAKE_C_COMPILER_LAUNCHER": launcher, "CMAKE_CXX_COMPILER_LAUNCHER": launcher}
-    if launcher == "ccache":
-        # Hits across build folders and rebuilt venvs: paths relative to the build folder,
-        # the compiler judged by its content, not its mtime.
-        env.update(
-            {
-                "CCACHE_DIR": str(options.work_dir / "ccache"),
-                "CCACHE_BASEDIR": str(build_dir),
-                "CCACHE_NOHASHDIR": "true",
-                "CCACHE_COMPILERCHECK": "content",
-                "CCACHE_MAXSIZE": "20G",
-            }
-        )
-    return env
+    return {**env, **(_ccache_env(options, build_dir) if launcher == "ccache" else {})}
+
+
+def _ccache_env(options: BuildOptions, build_dir: Path) -> dict[str, str]:
+    # Hits across build folders and rebuilt venvs: paths relative to the build folder, the
+    # compiler judged by its content, not its mtime.
+    return {
+        "CCACHE_DIR": str(options.work_dir / "ccache"),
+        "CCACHE_BASEDIR": str(build_dir),
+        "CCACHE_NOHASHDIR": "true",
+        "CCACHE_COMPILERCHECK": "content",
+        "CCACHE_MAXSIZE": "20G",
+    }
 
 
 def _source(recipe: Recipe, options: BuildOptions) -> Source:
@@ -268,6 +288,18 @@ def _steps(
             name="install-build-requirements",
             summary=f"{torch.requirement} from {torch.index_url}, then "
             + " ".join(recipe.build_requires),
+        ),
+        *(
+            [
+                Step(
+                    name="start-cache",
+                    summary=f"install {options.cache.requirement} into the venv, start it "
+                    f"with the {options.cache.backend} cache {options.cache.where}; if that "
+                    "fails, warn and compile without it",
+                )
+            ]
+            if options.cache
+            else []
         ),
         Step(
             name="compile",

@@ -15,6 +15,14 @@ def render_plan(plan: BuildPlan) -> str:
         f"Python {plan.python.version} ({plan.python.interpreter}), "
         f"{plan.torch.requirement} from {plan.torch.index_url}",
         f"compiler {plan.compiler.cxx} {plan.compiler.version} ({plan.compiler.origin})",
+        *(
+            [
+                f"compile cache {plan.shared_cache.where} ({plan.shared_cache.backend}, through "
+                f"{plan.shared_cache.requirement}; credentials from the environment)"
+            ]
+            if plan.shared_cache
+            else []
+        ),
         f"MAX_JOBS {plan.max_jobs}: limited by {jobs.limited_by}; {jobs.cpus} CPUs, "
         f"{gib(jobs.available_bytes)} available, {gib(jobs.memory_per_job_bytes)} per job, "
         f"{gib(jobs.reserve_bytes)} reserve, expected peak {gib(jobs.expected_peak_bytes)}",

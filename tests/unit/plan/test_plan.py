@@ -16,6 +16,7 @@ from toolchain.detect.memory import Memory
 from toolchain.errors import PlanError
 from toolchain.plan.planner import BuildOptions, plan_build
 from toolchain.plan.recipes import load_recipe
+from toolchain.util.compile_cache import parse_cache
 from toolchain.util.units import GIB
 
 RECIPES = Path(__file__).resolve().parents[3] / "recipes"
@@ -194,6 +195,20 @@ def test_accepting_a_cuda_torch_pins_the_public_version(host_of: Callable[..., H
     assert plan(host_of("x86-zen4")).torch.requirement == "torch==2.13.0+cpu"
     accepting = plan(host_of("x86-zen4"), allow_cuda_torch=True)
     assert accepting.torch.requirement == "torch==2.13.0"
+
+
+def test_a_shared_cache_plans_sccache_with_ccache_as_the_fallback(
+    host_of: Callable[..., Host],
+) -> None:
+    result = plan(host_of("x86-zen4"), cache=parse_cache("redis://cache.farm:6379"))
+    assert result.env["SCCACHE_REDIS_ENDPOINT"] == "redis://cache.farm:6379"
+    assert result.env["CMAKE_CXX_COMPILER_LAUNCHER"] == "sccache"
+    assert len(result.env["SCCACHE_SERVER_UDS"]) < 100, "a socket path must be short"
+    assert "CCACHE_DIR" in result.env  # for the fallback when the cache cannot be reached
+    steps = [s.name for s in result.steps]
+    assert steps[steps.index("install-build-requirements") + 1] == "start-cache"
+    assert result.to_json()["shared_cache"]["backend"] == "redis"
+    assert "start-cache" not in [s.name for s in plan(host_of("x86-zen4")).steps]
 
 
 def test_old_gxx_is_replaced_by_a_provisioned_one(
