@@ -38,6 +38,12 @@ def fetch_sources(session: nox.Session) -> None:
     _toolchain(session, "fetch-sources")
 
 
+@nox.session
+def matrix(session: nox.Session) -> None:
+    """Print a CI build matrix (`-- --vllm 0.32.0 --target portable --json`)."""
+    _toolchain(session, "matrix")
+
+
 @nox.session(name="provision-toolchain")
 def provision_toolchain(session: nox.Session) -> None:
     """Unpack a new enough g++ into a private prefix, changing nothing system-wide."""

@@ -21,7 +21,9 @@ from toolchain.detect.host import detect_host
 from toolchain.detect.tools import tool_version
 from toolchain.errors import UsageError
 from toolchain.plan.compiler import provisioned_gxx
+from toolchain.plan.matrix import build_matrix
 from toolchain.plan.planner import plan_build
+from toolchain.plan.recipes import default_recipes_dir, known_versions, load_recipe
 from toolchain.plan.render import render_plan
 from toolchain.settings import BUILD_SETTINGS, BuildOptions, add_setting_flags, build_options
 from toolchain.util.platform import SUPPORTED_ARCHES, machine_arch
@@ -64,11 +66,35 @@ def cmd_fetch_sources(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default_arch() -> str:
+    return machine_arch() if machine_arch() in SUPPORTED_ARCHES else SUPPORTED_ARCHES[0]
+
+
 def _mirror_arches(wanted: str | None) -> tuple[str, ...]:
     """--arch, or this machine's architecture (every supported one on another machine)."""
     if wanted == "all" or (wanted is None and machine_arch() not in SUPPORTED_ARCHES):
         return SUPPORTED_ARCHES
     return (wanted or machine_arch(),)
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    recipes_dir = Path(args.recipes) if args.recipes else default_recipes_dir()
+    versions = args.vllm or known_versions(recipes_dir)
+    cells = build_matrix(
+        [load_recipe(recipes_dir, version) for version in versions],
+        arch=args.arch,
+        targets=args.target or (),
+        pythons=args.python or (),
+        cache=args.cache,
+    )
+    if args.json:
+        print_json({"include": [cell.to_json() for cell in cells]})
+        return 0
+    for cell in cells:
+        needs = " ".join(cell.must_have) or "nothing"
+        lacks = f"; must lack {' '.join(cell.must_lack)}" if cell.must_lack else ""
+        print(f"{cell.name}: {cell.command}\n    build host needs {needs}{lacks}")
+    return 0
 
 
 def _name_path(item: str) -> tuple[str, Path]:
@@ -114,6 +140,21 @@ def configure_parser(commands: Any) -> None:
         help="make NAME's archive from a local git repository instead of GitHub",
     )
     fetch.set_defaults(handler=cmd_fetch_sources)
+    matrix = commands.add_parser(
+        "matrix", help="a CI build matrix (GitHub Actions include list with --json)"
+    )
+    matrix.add_argument("--vllm", action="append", help="a version (repeat; default: every recipe)")
+    matrix.add_argument("--target", action="append", help="a target (repeat; default: every one)")
+    matrix.add_argument("--python", action="append", help="a Python (repeat; default: preferred)")
+    matrix.add_argument("--arch", choices=SUPPORTED_ARCHES, default=_default_arch())
+    matrix.add_argument("--recipes", help="recipes folder (default: the shipped ones)")
+    matrix.add_argument(
+        "--cache",
+        action="store_true",
+        help='cells build with --cache "$VCB_CACHE" (a shared cache)',
+    )
+    matrix.add_argument("--json", action="store_true", help='print {"include": [cells]}')
+    matrix.set_defaults(handler=cmd_matrix)
     provision = commands.add_parser(
         "provision-toolchain", help="unpack a new enough g++ into a private prefix"
     )

@@ -1,0 +1,55 @@
+"""`matrix`: the CI build matrix, each cell an exact build-wheel command and the runner it needs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from toolchain.cli import main
+from toolchain.errors import PlanError
+from toolchain.plan.matrix import build_matrix
+from toolchain.plan.recipes import load_recipe
+
+RECIPES = Path(__file__).resolve().parents[3] / "recipes"
+
+
+def test_every_target_of_an_era_with_the_runner_it_needs() -> None:
+    cells = build_matrix([load_recipe(RECIPES, "0.16.0")], arch="x86_64")
+    assert [c.target for c in cells] == ["avx2", "avx512", "avx512vnni", "avx512bf16", "amx"]
+    avx512 = cells[1]
+    assert avx512.command == "nox -s build-wheel -- --vllm 0.16.0 --target avx512 --python 3.11"
+    assert set(avx512.must_lack) == {"avx512_bf16", "avx512_vnni", "amx_bf16"}
+    assert "avx512f" in avx512.must_have
+
+
+def test_arm_cells_and_the_shared_cache() -> None:
+    cells = build_matrix(
+        [load_recipe(RECIPES, "0.32.0")], arch="aarch64", pythons=["3.12"], cache=True
+    )
+    assert [c.name for c in cells] == [
+        "vllm-0.32.0-aarch64-neon-py3.12",
+        "vllm-0.32.0-aarch64-bf16-py3.12",
+        "vllm-0.32.0-aarch64-bf16i8mm-py3.12",
+    ]
+    assert all(c.command.endswith('--cache "$VCB_CACHE"') for c in cells)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"targets": ["avx2"]}, "builds portable; not avx2"),
+        ({"pythons": ["3.10"]}, "needs Python"),
+    ],
+)
+def test_cells_that_cannot_build_are_refused(kwargs: dict[str, list[str]], message: str) -> None:
+    with pytest.raises(PlanError, match=message):
+        build_matrix([load_recipe(RECIPES, "0.32.0")], arch="x86_64", **kwargs)  # type: ignore[arg-type]
+
+
+def test_json_is_a_github_actions_include_list(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["matrix", "--vllm", "0.32.0", "--arch", "x86_64", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert list(data) == ["include"]
+    assert data["include"][0]["command"].startswith("nox -s build-wheel -- --vllm 0.32.0")

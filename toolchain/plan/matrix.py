@@ -1,0 +1,88 @@
+"""A CI build matrix: vLLM versions x targets x Pythons, one cell a build-wheel command.
+
+Each cell names what its build host must have (and lack): a target of a pre-0.17 recipe can only
+be built exactly on a CPU of its own class (upstream's cmake reads the build host's
+/proc/cpuinfo), so the CI must route the cell to a runner of that class.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from toolchain.errors import PlanError
+from toolchain.plan.recipes import Recipe
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    vllm: str
+    target: str
+    python: str
+    arch: str
+    must_have: tuple[str, ...]
+    must_lack: tuple[str, ...]
+    command: str
+
+    @property
+    def name(self) -> str:
+        return f"vllm-{self.vllm}-{self.arch}-{self.target}-py{self.python}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "vllm": self.vllm,
+            "target": self.target,
+            "python": self.python,
+            "arch": self.arch,
+            "build_host_must_have": list(self.must_have),
+            "build_host_must_lack": list(self.must_lack),
+            "command": self.command,
+        }
+
+
+def build_matrix(
+    recipes: Sequence[Recipe],
+    *,
+    arch: str,
+    targets: Sequence[str] = (),
+    pythons: Sequence[str] = (),
+    cache: bool = False,
+) -> list[Cell]:
+    """Every (recipe, target, Python) cell; targets and Pythons default to each recipe's own
+    (all targets of its era on `arch`; its preferred Python)."""
+    cells = []
+    for recipe in recipes:
+        model = recipe.isa_models[arch]
+        wanted = list(targets) or list(model.targets)
+        unknown = [t for t in wanted if t not in model.targets]
+        if unknown and targets:
+            raise PlanError(
+                f"vLLM {recipe.vllm} on {arch} builds {', '.join(model.targets)}; "
+                f"not {', '.join(unknown)}",
+                hint="leave --target out for every target of each version",
+            )
+        for python in list(pythons) or [recipe.python_preferred]:
+            if not recipe.python_requires.contains(python):
+                raise PlanError(
+                    f"vLLM {recipe.vllm} needs Python {recipe.python_requires}, not {python}"
+                )
+            for name in wanted:
+                target = model.targets[name]
+                argv = ["nox", "-s", "build-wheel", "--", "--vllm", str(recipe.vllm)]
+                argv += ["--target", name, "--python", python]
+                command = shlex.join(argv) + (' --cache "$VCB_CACHE"' if cache else "")
+                cells.append(
+                    Cell(
+                        vllm=str(recipe.vllm),
+                        target=name,
+                        python=python,
+                        arch=arch,
+                        must_have=tuple(sorted({*target.host_must_have, *target.min_isa})),
+                        must_lack=target.host_must_lack,
+                        command=command,
+                    )
+                )
+    return cells
