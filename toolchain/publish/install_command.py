@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import packaging
 from packaging.tags import Tag, parse_tag, sys_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
@@ -35,7 +36,12 @@ from toolchain.util.simple_api import project_files, read_url
 from toolchain.wheelfile import metadata_requirements, requires_dist
 
 NO_VARIANT_HINT = "publish a wheel this CPU runs: build one with a lower --target (README: Targets)"
-TAGS_OF_PIP = "from pip._vendor.packaging.tags import sys_tags; print(*sys_tags())"
+# Run by the target Python with this toolkit's (pure-Python) packaging on its path: a venv made
+# for uv has no pip to ask.
+TAGS_OF = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from packaging.tags import sys_tags; print(*sys_tags())"
+)
 NO_SOURCES = PipSources()  # pip's own configuration only
 
 
@@ -141,10 +147,11 @@ def candidates(
 
 
 def supported_tags(python: Path) -> frozenset[Tag]:
-    """The wheel tags `python` installs (asked of its pip's vendored packaging)."""
+    """The wheel tags `python` installs (asked of it, with this toolkit's packaging)."""
     if Path(python) == Path(sys.executable):
         return frozenset(sys_tags())
-    output = run.capture([python, "-c", TAGS_OF_PIP], timeout=120)
+    packaging_parent = Path(packaging.__file__).resolve().parent.parent
+    output = run.capture([python, "-c", TAGS_OF, packaging_parent], timeout=120)
     return frozenset(t for line in output.stdout.split() for t in parse_tag(line))
 
 
@@ -251,10 +258,16 @@ def plan_uv_install(
     wanted = [v for v in releases if version is None or version in (v.public, str(v))]
     if not wanted:
         raise PublishError(f"{page} has no {project} {version or 'release'} ({releases})")
-    mine = [f for f in files if _version(f.filename) == wanted[-1]]
-    fallback = next(f for f in mine if _label(f.filename) is None)
+    tags = supported_tags(python)
+    mine = [f for f in files if _version(f.filename) == wanted[-1] and _tags(f.filename) & tags]
+    fallback = next((f for f in mine if _label(f.filename) is None), None)
+    if fallback is None:
+        raise PublishError(
+            f"{page} has no non-variant {project} {wanted[-1]} that installs into {python}",
+            hint="publish with --wheel-variants from wheels built for that Python",
+        )
     level = host_level(host_isa)
-    rank = {f"x86_64_{name}": index for index, name in enumerate(wheel_variants.LEVELS)}
+    rank = {f"x86_64_{name}": position for position, name in enumerate(wheel_variants.LEVELS)}
     top = rank.get(f"x86_64_{level}", -1)
     fitting = [f for f in mine if rank.get(_label(f.filename) or "", top + 1) <= top]
     expected = max(fitting, key=lambda f: rank[_label(f.filename) or ""], default=fallback)
@@ -293,7 +306,15 @@ def _label(filename: str) -> str | None:
     return parts[-1] if len(parts) == (7 if has_build else 6) else None
 
 
-def _version(filename: str) -> Version:
+def _plain(filename: str) -> str:
+    """The file name without its variant label: what parsers that predate PEP 825 read."""
     label = _label(filename)
-    plain = filename.removesuffix(f"-{label}.whl") + ".whl" if label else filename
-    return Version(str(parse_wheel_filename(plain)[1]))
+    return filename.removesuffix(f"-{label}.whl") + ".whl" if label else filename
+
+
+def _version(filename: str) -> Version:
+    return Version(str(parse_wheel_filename(_plain(filename))[1]))
+
+
+def _tags(filename: str) -> frozenset[Tag]:
+    return frozenset(parse_wheel_filename(_plain(filename))[3])
