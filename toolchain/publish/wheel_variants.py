@@ -106,8 +106,14 @@ def release_variants(sources: Sequence[Source], folder: Path) -> Release | None:
                 add={"variant.json": variant_json.encode()},
             )
         )
-    fallbacks = [s for s in sources if s.target == FALLBACK_TARGET] or [
-        min((s for s in sources if s.path in chosen), key=lambda s: len(s.min_isa))
+    # the non-variant fallback for each Python/platform tag: the portable build, else the lowest
+    by_tags: dict[str, list[Source]] = {}
+    for source in sources:
+        if source.target == FALLBACK_TARGET or source.path in chosen:
+            by_tags.setdefault(source.path.name.split("-", 2)[2], []).append(source)
+    fallbacks = [
+        min(group, key=lambda s: (s.target != FALLBACK_TARGET, len(s.min_isa)))
+        for _, group in sorted(by_tags.items())
     ]
     for source in fallbacks:
         files.append(

@@ -127,3 +127,19 @@ def test_uv_installs_the_variant_of_this_cpu_s_level(
     installed = list((tmp_path / "venv").glob("lib/python*/site-packages/*.dist-info"))
     variant = installed[0] / "variant.json"
     assert variant.is_file() == (level in ("v3", "v4"))
+
+
+def test_each_python_gets_its_own_fallback(tmp_path: Path, make_wheel: Callable[..., Path]) -> None:
+    folder = tmp_path / "w"
+    for target, tag in (("avx2", "cp311"), ("avx2", "cp312"), ("avx512", "cp311")):
+        make_wheel(folder, "vcbdemo", f"1.0+cpu.{target}", tag=f"{tag}-{tag}-linux_x86_64")
+    publish_index(sorted(folder.glob("*.whl")), tmp_path / "index", wheel_variants=True)
+    files = sorted(p.name for p in (tmp_path / "index" / "files").glob("vcbdemo-1.0+cpu-*.whl"))
+    assert files == [
+        "vcbdemo-1.0+cpu-cp311-cp311-linux_x86_64-x86_64_v3.whl",
+        "vcbdemo-1.0+cpu-cp311-cp311-linux_x86_64-x86_64_v4.whl",
+        "vcbdemo-1.0+cpu-cp311-cp311-linux_x86_64.whl",
+        "vcbdemo-1.0+cpu-cp312-cp312-linux_x86_64-x86_64_v3.whl",
+        "vcbdemo-1.0+cpu-cp312-cp312-linux_x86_64.whl",
+    ]
+    assert validate((tmp_path / "index").resolve()) == []
