@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -159,3 +161,26 @@ def served(tmp_path: Path) -> Iterator[Callable[[Path], str]]:
     yield serve
     for server in servers:
         server.shutdown()
+
+
+def write_fake_recipes(root: Path, *, sdist: Path, python: str, rest: str) -> Path:
+    """A recipes folder for a fake vLLM 0.1.0: the real isa-models.toml, and a recipe with this
+    sdist, Python and torch pin, the rest of its tables given as TOML text."""
+    recipes = root / "recipes"
+    recipes.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "recipes" / "isa-models.toml", recipes)
+    sha256 = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    head = (
+        f'vllm = "0.1.0"\n[source]\nsdist = "vllm-0.1.0.tar.gz"\nsha256 = "{sha256}"\n'
+        f'[python]\nrequires = ">=3.10"\npreferred = "{python}"\n'
+        '[isa_model]\nx86_64 = "x86-dispatch"\naarch64 = "arm-switches"\n'
+        '[torch]\nx86_64 = "2.13.0+cpu"\naarch64 = "2.13.0+cpu"\n'
+    )
+    (recipes / "vllm-0.1.0.toml").write_text(head + rest)
+    return recipes
+
+
+@pytest.fixture
+def fake_recipes() -> Callable[..., Path]:
+    """write_fake_recipes, as a fixture: fake_recipes(root, sdist=..., python=..., rest=...)."""
+    return write_fake_recipes

@@ -22,7 +22,6 @@ from toolchain.util.files import tar_sha256
 from toolchain.wheelfile import read_manifest, requires_dist
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 FAKE_DNNL_H = "#define FAKE_DNNL_ANSWER 42\n"
 
 
@@ -46,7 +45,9 @@ def _fake_sdist(path: Path) -> Path:
 
 
 @pytest.fixture
-def fake_release(tmp_path: Path, make_wheel: Callable[..., Path]) -> dict[str, Path]:
+def fake_release(
+    tmp_path: Path, make_wheel: Callable[..., Path], fake_recipes: Callable[..., Path]
+) -> dict[str, Path]:
     """A recipe folder, a source mirror and a torch folder for a fake vLLM 0.1.0."""
     # torch 2.13.0+cpu stand-in: what the build venv checks (version, not CUDA), nothing else
     torch_init = b"__version__ = '2.13.0+cpu'\n\nclass version:\n    cuda = None\n"
@@ -59,20 +60,12 @@ def fake_release(tmp_path: Path, make_wheel: Callable[..., Path]) -> dict[str, P
     dnnl = _tar_gz(
         mirror / "fakednn-1.0.tar.gz", {"fakednn-1.0/include/fake_dnnl.h": FAKE_DNNL_H.encode()}
     )
-    recipes = tmp_path / "recipes"
-    recipes.mkdir()
-    shutil.copy(RECIPES / "isa-models.toml", recipes)
-    (recipes / "vllm-0.1.0.toml").write_text(f"""
-vllm = "0.1.0"
-[source]
-sdist = "vllm-0.1.0.tar.gz"
-sha256 = "{hashlib.sha256(sdist.read_bytes()).hexdigest()}"
-[python]
-requires = ">=3.10"
-preferred = "{sys.version_info.major}.{sys.version_info.minor}"
-[torch]
-x86_64 = "2.13.0+cpu"
-aarch64 = "2.13.0+cpu"
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    recipes = fake_recipes(
+        tmp_path,
+        sdist=sdist,
+        python=python,
+        rest=f"""
 index = "http://127.0.0.1:9/simple"
 [build]
 requires = ["setuptools", "wheel", "cmake", "ninja"]
@@ -80,9 +73,6 @@ memory_per_job_mib = 256
 [toolchain]
 gxx_min = {{ x86_64 = "9" }}
 cmake_min = "3.18"
-[isa_model]
-x86_64 = "x86-dispatch"
-aarch64 = "arm-switches"
 [[third_party]]
 name = "fakednn"
 repository = "https://example.invalid/fakednn.git"
@@ -97,7 +87,8 @@ reason = "a direct URL"
 file = "patches/fake.patch"
 versions = "==0.1.0"
 reason = "proves patches reach the build"
-""")
+""",
+    )
     (recipes / "patches").mkdir()
     shutil.copy(FIXTURES / "fake-vllm.patch", recipes / "patches" / "fake.patch")
     return {

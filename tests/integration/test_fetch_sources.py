@@ -7,6 +7,7 @@ import hashlib
 import shutil
 import subprocess
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,6 @@ from toolchain.cli import main
 from toolchain.util.files import tar_sha256
 from toolchain.util.source_lock import LOCK_NAME, read_lock
 
-RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 UNREACHABLE = "http://127.0.0.1:9"
 
 pytestmark = [
@@ -50,38 +50,25 @@ def _archive_sha256(repo: Path, ref: str, prefix: str) -> str:
 
 
 @pytest.fixture
-def release(tmp_path: Path) -> dict[str, Path]:
+def release(tmp_path: Path, fake_recipes: Callable[..., Path]) -> dict[str, Path]:
     """A file:// index with a fake sdist, an x86-only source with a hash, an Arm one without."""
     project = tmp_path / "index" / "vllm"
     project.mkdir(parents=True)
     with tarfile.open(project / "vllm-0.1.0.tar.gz", "w:gz") as tar:
         tar.add(__file__, arcname="vllm-0.1.0/setup.py")
-    sdist_sha = hashlib.sha256((project / "vllm-0.1.0.tar.gz").read_bytes()).hexdigest()
     (project / "index.html").write_text('<a href="vllm-0.1.0.tar.gz">vllm-0.1.0.tar.gz</a>\n')
     dnn = _repo(tmp_path / "fakednn", "v1.0", "dnn")
     acl = _repo(tmp_path / "fakeacl", "v2.0", "acl")
-    recipes = tmp_path / "recipes"
-    recipes.mkdir()
-    shutil.copy(RECIPES / "isa-models.toml", recipes)
-    (recipes / "vllm-0.1.0.toml").write_text(f"""
-vllm = "0.1.0"
-[source]
-sdist = "vllm-0.1.0.tar.gz"
-sha256 = "{sdist_sha}"
-[python]
-requires = ">=3.10"
-preferred = "3.11"
-[torch]
-x86_64 = "2.13.0+cpu"
-aarch64 = "2.13.0+cpu"
-[build]
+    sdist = project / "vllm-0.1.0.tar.gz"
+    recipes = fake_recipes(
+        tmp_path,
+        sdist=sdist,
+        python="3.11",
+        rest=f"""[build]
 requires = []
 memory_per_job_mib = 256
 [toolchain]
 cmake_min = "3.18"
-[isa_model]
-x86_64 = "x86-dispatch"
-aarch64 = "arm-switches"
 [[third_party]]
 name = "fakednn"
 arch = "x86_64"
@@ -97,7 +84,8 @@ repository = "{UNREACHABLE}/fakeacl.git"
 ref = "v2.0"
 archive = "fakeacl-2.0.tar.gz"
 env = "ACL_ROOT_DIR"
-""")
+""",
+    )
     return {"recipes": recipes, "index": tmp_path / "index", "dnn": dnn, "acl": acl,
             "mirror": tmp_path / "mirror"}  # fmt: skip
 
