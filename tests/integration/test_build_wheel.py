@@ -150,6 +150,8 @@ def test_fake_vllm_builds_into_a_tagged_repaired_wheel(
     assert embedded["target_isa"] == "portable" and embedded["min_isa"] == ["avx2", "f16c"]
     assert embedded["third_party"][0]["name"] == "fakednn"
     assert embedded["toolchain"]["cmake"] and embedded["toolchain"]["torch"] == "2.13.0+cpu"
+    gxx = Path(shutil.which("g++") or "g++").resolve()
+    assert embedded["toolchain"]["cxx_sha256"] == hashlib.sha256(gxx.read_bytes()).hexdigest()
     assert embedded["patches"][0]["file"] == "fake.patch"
     sidecar = json.loads((wheel.parent / f"{wheel.name}.manifest.json").read_text())
     assert sidecar["wheel_sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()

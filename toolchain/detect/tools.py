@@ -10,6 +10,7 @@ from pathlib import Path
 
 from toolchain.errors import ToolchainError
 from toolchain.util import run
+from toolchain.util.files import sha256_file
 
 COMPILER_NAME = re.compile(r"^(gcc|g\+\+|cc|c\+\+|clang|clang\+\+)(-\d+(\.\d+)*)?$")
 BUILD_TOOLS = ("cmake", "ninja", "ccache", "sccache", "patchelf")
@@ -22,6 +23,9 @@ class Tool:
     name: str
     path: str
     version: str | None
+    # compilers: the sha256 of the program itself (symlinks followed). A shared compile cache
+    # (sccache) hits only across machines whose compiler has the same bytes.
+    sha256: str | None = None
 
 
 def path_dirs() -> list[Path]:
@@ -60,7 +64,7 @@ def tool_version(path: Path | str) -> str | None:
 
 def find_tools() -> list[Tool]:
     found = [
-        Tool(name=name, path=str(path), version=tool_version(path))
+        Tool(name=name, path=str(path), version=tool_version(path), sha256=_sha256(path))
         for name, path in sorted(executables_on_path(COMPILER_NAME).items())
     ]
     for name in BUILD_TOOLS:
@@ -68,6 +72,13 @@ def find_tools() -> list[Tool]:
         if path is not None:
             found.append(Tool(name=name, path=path, version=tool_version(path)))
     return found
+
+
+def _sha256(path: Path) -> str | None:
+    try:
+        return sha256_file(path.resolve())
+    except OSError:
+        return None
 
 
 def numa_header() -> str | None:

@@ -11,6 +11,8 @@ import pytest
 from toolchain.cli import main
 from toolchain.detect import host as host_module
 from toolchain.detect import probe
+from toolchain.detect.tools import BUILD_TOOLS, find_tools
+from toolchain.util.files import sha256_file
 
 REQUIRED_ISA_KEYS = {
     "avx2",
@@ -140,3 +142,14 @@ def test_without_the_probe_cpuinfo_decides_and_says_why(
     assert "decided by   /proc/cpuinfo" in out
     assert "probe is not compiled" in out
     assert "amx_bf16" in out.split("features")[1].splitlines()[0]
+
+
+def test_each_compiler_is_named_with_the_hash_of_its_bytes(fake_programs) -> None:
+    """What a shared compile cache keys on: two machines' g++ hit the same entries only when
+    these hashes agree."""
+    gxx = fake_programs.add("g++-14", "14.2.0\n")
+    (gxx.parent / "g++").symlink_to(gxx.name)
+    fake_programs.answers["g++"] = (0, "14.2.0\n")
+    tools = {tool.name: tool for tool in find_tools()}
+    assert tools["g++-14"].sha256 == tools["g++"].sha256 == sha256_file(gxx)
+    assert all(tools[name].sha256 is None for name in BUILD_TOOLS if name in tools)
