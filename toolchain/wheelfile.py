@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import copy
 import csv
 import hashlib
 import io
 import json
+import re
 import zipfile
 from collections.abc import Iterable
 from email.parser import Parser
@@ -20,6 +22,7 @@ from toolchain.errors import DataFileError
 from toolchain.util.files import atomic_path
 
 MANIFEST_NAME = "vllm_cpu_builder.json"
+VERSION_LINE = re.compile(r"^Version:.*$", re.MULTILINE)
 
 
 def dist_info(names: Iterable[str]) -> str:
@@ -68,61 +71,54 @@ def rewrite_wheel(wheel: Path, *, drop: Iterable[str], manifest: dict[str, Any])
 
 def replace_files(wheel: Path, replaced: dict[str, bytes]) -> None:
     """Put `replaced` (archive name -> content) into `wheel` atomically, RECORD rewritten."""
-    with zipfile.ZipFile(wheel) as source:
-        record_name = f"{dist_info(source.namelist())}/RECORD"
-        with (
-            atomic_path(wheel) as temporary,
-            zipfile.ZipFile(temporary, "w", compression=zipfile.ZIP_DEFLATED) as target,
-        ):
-            records: list[tuple[str, str, str]] = []
-            for item in source.infolist():
-                if item.filename in (record_name, *replaced):
-                    continue
-                data = source.read(item)
-                target.writestr(item, data)
-                records.append((item.filename, _record_hash(data), str(len(data))))
-            for name, data in replaced.items():
-                target.writestr(name, data)
-                records.append((name, _record_hash(data), str(len(data))))
-            records.append((record_name, "", ""))
-            target.writestr(record_name, _csv_lines(records))
+    _copy_wheel(wheel, wheel, replaced)
 
 
 def retag_wheel(
     source: Path, dest: Path, *, version: str, add: dict[str, bytes] | None = None
-) -> Path:
+) -> None:
     """A copy of `source` at `dest` as `version`: the .dist-info folder renamed, METADATA's Version
     and RECORD rewritten, `add` (name -> content) put into the .dist-info. Written atomically."""
     with zipfile.ZipFile(source) as archive:
         old = dist_info(archive.namelist())
-        new = f"{old.split('-', 1)[0]}-{version}.dist-info"
+        metadata = archive.read(f"{old}/METADATA").decode()
+    replaced = {
+        f"{old}/METADATA": VERSION_LINE.sub(f"Version: {version}", metadata, count=1).encode(),
+        **{f"{old}/{name}": data for name, data in (add or {}).items()},
+    }
+    _copy_wheel(source, dest, replaced, info_dir=f"{old.split('-', 1)[0]}-{version}.dist-info")
+
+
+def _copy_wheel(
+    source: Path, dest: Path, replaced: dict[str, bytes], *, info_dir: str | None = None
+) -> None:
+    """`source` copied to `dest` atomically (each member as it was, modes included), `replaced`
+    (archive name -> content) put in, RECORD rewritten; with `info_dir`, the .dist-info renamed."""
+    with zipfile.ZipFile(source) as archive:
+        old = dist_info(archive.namelist())
+        new = info_dir or old
+
+        def renamed(name: str) -> str:
+            return new + name[len(old) :] if name.startswith(f"{old}/") else name
+
         with (
             atomic_path(dest) as temporary,
             zipfile.ZipFile(temporary, "w", compression=zipfile.ZIP_DEFLATED) as target,
         ):
             records: list[tuple[str, str, str]] = []
-
-            def put(name: str, data: bytes) -> None:
-                target.writestr(name, data)
-                records.append((name, _record_hash(data), str(len(data))))
-
             for item in archive.infolist():
-                name = item.filename
-                if name == f"{old}/RECORD":
+                if item.filename in (f"{old}/RECORD", *replaced):
                     continue
                 data = archive.read(item)
-                if name == f"{old}/METADATA":
-                    lines = data.decode().split("\n")
-                    data = "\n".join(
-                        f"Version: {version}" if line.startswith("Version:") else line
-                        for line in lines
-                    ).encode()
-                put(new + name[len(old) :] if name.startswith(f"{old}/") else name, data)
-            for name, data in (add or {}).items():
-                put(f"{new}/{name}", data)
+                member = copy.copy(item)
+                member.filename = renamed(item.filename)
+                target.writestr(member, data)
+                records.append((member.filename, _record_hash(data), str(len(data))))
+            for name, data in replaced.items():
+                target.writestr(renamed(name), data)
+                records.append((renamed(name), _record_hash(data), str(len(data))))
             records.append((f"{new}/RECORD", "", ""))
             target.writestr(f"{new}/RECORD", _csv_lines(records))
-    return dest
 
 
 def _csv_lines(rows: Iterable[tuple[str, str, str]]) -> str:

@@ -138,8 +138,8 @@ def _page(title: str, body: Iterable[str]) -> str:
     )
 
 
-def file_url(wheel: IndexedWheel) -> str:
-    return f"../../../files/{quote(wheel.path.name)}"  # '+' as %2B, as PyTorch's index does
+def file_url(name: str) -> str:
+    return f"../../../files/{quote(name)}"  # '+' as %2B, as PyTorch's index does
 
 
 def project_html(
@@ -147,8 +147,7 @@ def project_html(
 ) -> str:
     """The project page; `others` are (file name, sha256) of files that are not wheels."""
     links = [
-        f'<a href="{html.escape(f"../../../files/{quote(name)}#sha256={digest}")}">'
-        f"{html.escape(name)}</a>"
+        f'<a href="{html.escape(f"{file_url(name)}#sha256={digest}")}">{html.escape(name)}</a>'
         for name, digest in others
     ]
     for wheel in wheels:
@@ -156,7 +155,7 @@ def project_html(
         attrs += f' data-core-metadata="sha256={wheel.metadata_sha256}"'
         if wheel.requires_python:
             attrs += f' data-requires-python="{html.escape(wheel.requires_python)}"'
-        href = html.escape(f"{file_url(wheel)}#sha256={wheel.sha256}")
+        href = html.escape(f"{file_url(wheel.path.name)}#sha256={wheel.sha256}")
         links.append(f'<a href="{href}"{attrs}>{html.escape(wheel.path.name)}</a>')
     return _page(f"Links for {project}", links)
 
@@ -169,13 +168,13 @@ def project_json(
         "name": project,
         "versions": sorted({w.version for w in wheels}, key=Version),
         "files": [
-            {"filename": name, "url": f"../../../files/{quote(name)}", "hashes": {"sha256": digest}}
+            {"filename": name, "url": file_url(name), "hashes": {"sha256": digest}}
             for name, digest in others
         ]
         + [
             {
                 "filename": w.path.name,
-                "url": file_url(w),
+                "url": file_url(w.path.name),
                 "hashes": {"sha256": w.sha256},
                 "requires-python": w.requires_python,
                 "core-metadata": {"sha256": w.metadata_sha256},
@@ -240,38 +239,24 @@ def _write_wheel_variants(wheels: Sequence[IndexedWheel], folder: Path) -> tuple
     """ROOT/wheel-variants/simple/: each release's variant wheels, fallback and variants.json."""
     files, notes = folder / "files", []
     pages: dict[str, tuple[list[IndexedWheel], list[tuple[str, str]]]] = {}
-    releases: dict[tuple[str, str], list[wheel_variants.Source]] = {}
+    releases: dict[tuple[str, str], list[IndexedWheel]] = {}
     for wheel in wheels:
         if "x86_64" in wheel.path.name.rsplit("-", 1)[-1]:
-            key = (wheel.project, Version(wheel.version).public)
-            releases.setdefault(key, []).append(
-                wheel_variants.Source(
-                    path=wheel.path,
-                    project=wheel.project,
-                    version=wheel.version,
-                    target=wheel.variant,
-                    min_isa=wheel.min_isa,
-                )
-            )
-    for (project, public), sources in sorted(releases.items()):
-        release = wheel_variants.release_variants(sources, files)
+            releases.setdefault((wheel.project, Version(wheel.version).public), []).append(wheel)
+    for (project, public), builds in sorted(releases.items()):
+        release = wheel_variants.release_variants(builds, files)
         if release is None:
             notes.append(f"{project} {public}: no build maps to an x86-64 level: no variants")
             continue
         notes += release.notes
         indexed, others = pages.setdefault(project, ([], []))
-        for path in release.files:
-            if path.suffix == ".whl":
-                label = path.name.removesuffix(".whl").split("-")[-1]
-                level = label.removeprefix("x86_64_") if label.startswith("x86_64_") else None
-                isa = tuple(sorted(wheel_variants.LEVELS[level])) if level else ()
-                derived = index_entry(
-                    path, project, release.version, label if level else "null", isa
-                )
-                (files / f"{path.name}.metadata").write_bytes(derived.metadata)
-                indexed.append(derived)
-            else:
-                others.append((path.name, sha256_file(path)))
+        for path, level in release.wheels:
+            label = wheel_variants.LABEL_PREFIX + level if level else "null"
+            isa = tuple(sorted(wheel_variants.LEVELS[level])) if level else ()
+            derived = index_entry(path, project, release.version, label, isa)
+            (files / f"{path.name}.metadata").write_bytes(derived.metadata)
+            indexed.append(derived)
+        others.append((release.metadata_file.name, sha256_file(release.metadata_file)))
     simple = folder / wheel_variants.FOLDER / "simple"
     _write_pair(simple, root_html(sorted(pages)), root_json(sorted(pages)))
     for project, (indexed, others) in sorted(pages.items()):

@@ -32,7 +32,7 @@ from toolchain.publish.index import target_min_isa
 from toolchain.runtime_deps import PipSources, RuntimePlan, plan_requirements
 from toolchain.settings import PYPI_SIMPLE
 from toolchain.util import run
-from toolchain.util.simple_api import project_files, read_url
+from toolchain.util.simple_api import IndexFile, project_files, read_url
 from toolchain.wheelfile import metadata_requirements, requires_dist
 
 NO_VARIANT_HINT = "publish a wheel this CPU runs: build one with a lower --target (README: Targets)"
@@ -226,12 +226,6 @@ def plan_install(
     return InstallPlan(chosen=chosen, deps=deps, commands=tuple(commands), notes=tuple(notes))
 
 
-def host_level(host_isa: Mapping[str, bool]) -> str | None:
-    """The highest x86-64 level (as the wheel-variants labels name them) this CPU has."""
-    levels = wheel_variants.LEVELS.items()
-    return next((lv for lv, needs in reversed(levels) if all(host_isa.get(f) for f in needs)), None)
-
-
 def plan_uv_install(
     index: str,
     host_isa: Mapping[str, bool],
@@ -266,20 +260,23 @@ def plan_uv_install(
             f"{page} has no non-variant {project} {wanted[-1]} that installs into {python}",
             hint="publish with --wheel-variants from wheels built for that Python",
         )
-    level = host_level(host_isa)
-    rank = {f"x86_64_{name}": position for position, name in enumerate(wheel_variants.LEVELS)}
-    top = rank.get(f"x86_64_{level}", -1)
-    fitting = [f for f in mine if rank.get(_label(f.filename) or "", top + 1) <= top]
-    expected = max(fitting, key=lambda f: rank[_label(f.filename) or ""], default=fallback)
-    label = _label(expected.filename)
+    level = wheel_variants.host_level(host_isa)
+    order = list(wheel_variants.LEVELS)
+    top = order.index(level) if level else -1
+
+    def rank(file: IndexFile) -> int:
+        found = wheel_variants.level_of_label(_label(file.filename))
+        return order.index(found) if found else top + 1
+
+    fitting = [f for f in mine if rank(f) <= top]
+    expected = max(fitting, key=rank, default=fallback)
+    expected_level = wheel_variants.level_of_label(_label(expected.filename))
     chosen = Candidate(
         filename=expected.filename,
         url=expected.url,
         version=wanted[-1],
-        variant=label or "null (the non-variant fallback)",
-        min_isa=tuple(sorted(wheel_variants.LEVELS[label.removeprefix("x86_64_")]))
-        if label
-        else (),
+        variant=_label(expected.filename) or "null (the non-variant fallback)",
+        min_isa=tuple(sorted(wheel_variants.LEVELS[expected_level])) if expected_level else (),
         metadata_url=fallback.url + ".metadata" if fallback.has_metadata else None,
         simple_url=simple,
     )

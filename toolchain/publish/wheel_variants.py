@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import json
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from packaging.version import Version
 
@@ -33,6 +33,7 @@ PROVIDERS = {NAMESPACE: {"requires": ["x86-64-variant-provider"]}}
 FOLDER = "wheel-variants"  # ROOT/wheel-variants/simple/: not a target name (those have no '-')
 V3 = frozenset({"avx2", "fma", "f16c"})
 LEVELS = {"v3": V3, "v4": V3 | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}}
+LABEL_PREFIX = "x86_64_"  # the label of level v3 is x86_64_v3
 FALLBACK_TARGET = "portable"
 
 
@@ -41,13 +42,31 @@ def level_of(min_isa: Sequence[str]) -> str | None:
     return next((level for level, has in LEVELS.items() if set(min_isa) <= has), None)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Source:
-    path: Path
-    project: str
-    version: str
-    target: str
-    min_isa: tuple[str, ...]
+def host_level(host_isa: Mapping[str, bool]) -> str | None:
+    """The highest x86-64 level a CPU with these features has."""
+    fits = [level for level, needs in LEVELS.items() if all(host_isa.get(f) for f in needs)]
+    return fits[-1] if fits else None
+
+
+def level_of_label(label: str | None) -> str | None:
+    """The level a variant label stands for (x86_64_v3 -> v3), None for anything else."""
+    level = (label or "").removeprefix(LABEL_PREFIX)
+    return level if label and label.startswith(LABEL_PREFIX) and level in LEVELS else None
+
+
+class Build(Protocol):
+    """A published wheel as this module needs it (the index's IndexedWheel is one)."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def project(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def variant(self) -> str: ...  # the build target: avx2, portable, ...
+    @property
+    def min_isa(self) -> tuple[str, ...]: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,73 +75,70 @@ class Release:
 
     project: str
     version: str
-    files: tuple[Path, ...]  # the variant wheels, the non-variant fallback, the variants.json
+    wheels: tuple[tuple[Path, str | None], ...]  # (file, its level; None: the fallback)
+    metadata_file: Path  # {name}-{version}-variants.json
     notes: tuple[str, ...]
 
 
-def _metadata(labels: dict[str, str]) -> dict[str, Any]:
+def _metadata(levels: Sequence[str]) -> dict[str, Any]:
     return {
         "$schema": SCHEMA,
         "default-priorities": {"namespace": [NAMESPACE]},
         "providers": PROVIDERS,
-        "variants": {label: {NAMESPACE: {"level": [level]}} for label, level in labels.items()},
+        "variants": {LABEL_PREFIX + level: {NAMESPACE: {"level": [level]}} for level in levels},
     }
 
 
-def _name(source: Source, version: str, label: str | None) -> str:
-    """The source's file name with `version`, and the variant label after the platform tag."""
-    parts = source.path.name.removesuffix(".whl").split("-")
+def _name(build: Build, version: str, level: str | None) -> str:
+    """The build's file name with `version`, and the variant label after the platform tag."""
+    parts = build.path.name.removesuffix(".whl").split("-")
     parts[1] = version
-    return "-".join([*parts, *([label] if label else [])]) + ".whl"
+    return "-".join([*parts, *([LABEL_PREFIX + level] if level else [])]) + ".whl"
 
 
-def release_variants(sources: Sequence[Source], folder: Path) -> Release | None:
+def release_variants(builds: Sequence[Build], folder: Path) -> Release | None:
     """The variant wheels of one release (same project and public version), or None when there
     is nothing to choose between (no build maps to a level)."""
-    first = sources[0]
+    first = builds[0]
     version = f"{Version(first.version).public}+cpu"
-    levels = {s.path: level_of(s.min_isa) for s in sources if s.target != FALLBACK_TARGET}
+    levels = {b.path: level_of(b.min_isa) for b in builds if b.variant != FALLBACK_TARGET}
     chosen = {path: level for path, level in levels.items() if level}
     notes = [
-        f"{s.path.name}: needs {' '.join(s.min_isa)}, more than an x86-64 level: per-ISA index only"
-        for s in sources
-        if s.path in levels and not levels[s.path]
+        f"{b.path.name}: needs {' '.join(b.min_isa)}, more than an x86-64 level: per-ISA index only"
+        for b in builds
+        if b.path in levels and not levels[b.path]
     ]
     if not chosen:
         return None
-    labels = {f"x86_64_{level}": level for level in chosen.values()}
-    files = []
-    for source in sources:
-        level = chosen.get(source.path)
-        if level is None:
-            continue
-        label = f"x86_64_{level}"
-        variant_json = json.dumps(_metadata({label: level}), indent=2, sort_keys=True)
-        files.append(
-            retag_wheel(
-                source.path,
-                folder / _name(source, version, label),
-                version=version,
-                add={"variant.json": variant_json.encode()},
-            )
-        )
+    wheels: list[tuple[Path, str | None]] = []
+    for build in builds:
+        level = chosen.get(build.path)
+        if level is not None:
+            variant_json = json.dumps(_metadata([level]), indent=2, sort_keys=True).encode()
+            dest = folder / _name(build, version, level)
+            retag_wheel(build.path, dest, version=version, add={"variant.json": variant_json})
+            wheels.append((dest, level))
     # the non-variant fallback for each Python/platform tag: the portable build, else the lowest
-    by_tags: dict[str, list[Source]] = {}
-    for source in sources:
-        if source.target == FALLBACK_TARGET or source.path in chosen:
-            by_tags.setdefault(source.path.name.split("-", 2)[2], []).append(source)
-    fallbacks = [
-        min(group, key=lambda s: (s.target != FALLBACK_TARGET, len(s.min_isa)))
-        for _, group in sorted(by_tags.items())
-    ]
-    for source in fallbacks:
-        files.append(
-            retag_wheel(source.path, folder / _name(source, version, None), version=version)
-        )
-    index_json = folder / f"{first.project.replace('-', '_')}-{version}-variants.json"
-    index_json.write_text(json.dumps(_metadata(labels), indent=2, sort_keys=True) + "\n")
-    files.append(index_json)
-    return Release(project=first.project, version=version, files=tuple(files), notes=tuple(notes))
+    by_tags: dict[str, list[Build]] = {}
+    for build in builds:
+        if build.variant == FALLBACK_TARGET or build.path in chosen:
+            by_tags.setdefault(build.path.name.split("-", 2)[2], []).append(build)
+    for _, group in sorted(by_tags.items()):
+        fallback = min(group, key=lambda b: (b.variant != FALLBACK_TARGET, len(b.min_isa)))
+        dest = folder / _name(fallback, version, None)
+        retag_wheel(fallback.path, dest, version=version)
+        wheels.append((dest, None))
+    metadata_file = folder / f"{first.project.replace('-', '_')}-{version}-variants.json"
+    metadata_file.write_text(
+        json.dumps(_metadata(sorted(set(chosen.values()))), indent=2, sort_keys=True) + "\n"
+    )
+    return Release(
+        project=first.project,
+        version=version,
+        wheels=tuple(wheels),
+        metadata_file=metadata_file,
+        notes=tuple(notes),
+    )
 
 
 def read_variant_json(wheel: Path) -> dict[str, Any] | None:

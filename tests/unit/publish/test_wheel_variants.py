@@ -19,7 +19,6 @@ from toolchain.detect.host import detect_host
 from toolchain.publish import wheel_variants
 from toolchain.publish.index import publish_index
 from toolchain.publish.index_check import validate
-from toolchain.publish.install_command import host_level
 
 X86 = "py3-none-linux_x86_64"
 FOLDER = wheel_variants.FOLDER
@@ -117,7 +116,7 @@ def test_uv_installs_the_variant_of_this_cpu_s_level(
     assert main(install) == 0
     out = capsys.readouterr().out
     assert "--preview-features wheel-variants" in out
-    level = host_level(detect_host().isa)
+    level = wheel_variants.host_level(detect_host().isa)
     # uv decides; the same rule in the toolkit says which it must have taken on this CPU
     target = {"v4": "avx512", "v3": "avx2"}.get(level or "", "avx2")
     done = subprocess.run(
