@@ -22,7 +22,7 @@ from toolchain.build.provision import provision_gxx
 from toolchain.build.runner import BuildRun, StepFunction, run_steps
 from toolchain.build.shared_cache import count_and_stop, start_cache, without_cache
 from toolchain.build.sources import fetch_sdist
-from toolchain.detect.tools import numa_header, tool_version
+from toolchain.detect.tools import numa_header, program_sha256, tool_version
 from toolchain.errors import BuildError, SourceError, ToolchainError
 from toolchain.runtime_deps import PipSources
 from toolchain.util import run
@@ -358,7 +358,7 @@ def manifest(build: BuildRun, wheel_name: str) -> dict[str, Any]:
         "toolchain": {
             "cxx": plan.compiler.cxx,
             "cxx_version": build.facts.cxx_version,
-            "cxx_sha256": _program_sha256(plan.compiler.cxx),
+            "cxx_sha256": program_sha256(plan.compiler.cxx),
             "compiler_origin": plan.compiler.origin,
             "python": plan.python.version,
             "torch": build.facts.torch,
@@ -382,12 +382,6 @@ def manifest(build: BuildRun, wheel_name: str) -> dict[str, Any]:
         "dropped_requirements": [dataclasses.asdict(d) for d in plan.dropped_requirements],
         "patches": [{"file": p.file.name, "sha256": p.sha256} for p in plan.patches],
     }
-
-
-def _program_sha256(program: str) -> str | None:
-    """The bytes a shared compile cache keys on: compare it between machines to explain misses."""
-    found = shutil.which(program)
-    return sha256_file(Path(found).resolve()) if found else None
 
 
 def deliver(build: BuildRun) -> None:

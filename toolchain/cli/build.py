@@ -15,6 +15,7 @@ from toolchain.cli.common import (
     host_from_args,
     print_json,
     recipe_from_values,
+    recipes_from,
     settings_values,
 )
 from toolchain.detect.host import detect_host
@@ -23,7 +24,6 @@ from toolchain.errors import UsageError
 from toolchain.plan.compiler import provisioned_gxx
 from toolchain.plan.matrix import build_matrix
 from toolchain.plan.planner import plan_build
-from toolchain.plan.recipes import default_recipes_dir, known_versions, load_recipe
 from toolchain.plan.render import render_plan
 from toolchain.settings import BUILD_SETTINGS, BuildOptions, add_setting_flags, build_options
 from toolchain.util.platform import SUPPORTED_ARCHES, machine_arch
@@ -78,10 +78,8 @@ def _mirror_arches(wanted: str | None) -> tuple[str, ...]:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    recipes_dir = Path(args.recipes) if args.recipes else default_recipes_dir()
-    versions = args.vllm or known_versions(recipes_dir)
     cells = build_matrix(
-        [load_recipe(recipes_dir, version) for version in versions],
+        recipes_from(args.recipes, args.vllm),
         arch=args.arch,
         targets=args.target or (),
         pythons=args.python or (),

@@ -70,9 +70,22 @@ def host_from_args(args: argparse.Namespace) -> Host:
     )
 
 
-def recipe_from_values(values: dict[str, Any]) -> Recipe:
-    recipes_dir = Path(values["recipes"]) if values["recipes"] else default_recipes_dir()
-    versions = known_versions(recipes_dir)
-    if not versions:
+def _recipes_folder(folder: str | None) -> tuple[Path, list[str]]:
+    """--recipes (default: the shipped recipes) and the versions it has."""
+    recipes_dir = Path(folder) if folder else default_recipes_dir()
+    known = known_versions(recipes_dir)
+    if not known:
         raise UsageError(f"no recipes in {recipes_dir}", hint="point --recipes at a recipes folder")
-    return load_recipe(recipes_dir, values["vllm"] or versions[-1])
+    return recipes_dir, known
+
+
+def recipes_from(folder: str | None, versions: list[str] | None = None) -> list[Recipe]:
+    """The recipes of these versions (default: every one)."""
+    recipes_dir, known = _recipes_folder(folder)
+    return [load_recipe(recipes_dir, version) for version in versions or known]
+
+
+def recipe_from_values(values: dict[str, Any]) -> Recipe:
+    """The recipe of --vllm, or the newest."""
+    recipes_dir, known = _recipes_folder(values["recipes"])
+    return load_recipe(recipes_dir, values["vllm"] or known[-1])

@@ -64,7 +64,7 @@ def tool_version(path: Path | str) -> str | None:
 
 def find_tools() -> list[Tool]:
     found = [
-        Tool(name=name, path=str(path), version=tool_version(path), sha256=_sha256(path))
+        Tool(name=name, path=str(path), version=tool_version(path), sha256=program_sha256(path))
         for name, path in sorted(executables_on_path(COMPILER_NAME).items())
     ]
     for name in BUILD_TOOLS:
@@ -74,9 +74,12 @@ def find_tools() -> list[Tool]:
     return found
 
 
-def _sha256(path: Path) -> str | None:
+def program_sha256(program: Path | str) -> str | None:
+    """The sha256 of a program's bytes (found on PATH, symlinks followed): what a shared compile
+    cache keys a compiler on. None when it is not there."""
+    found = shutil.which(str(program))
     try:
-        return sha256_file(path.resolve())
+        return sha256_file(Path(found).resolve()) if found else None
     except OSError:
         return None
 

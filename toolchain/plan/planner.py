@@ -116,7 +116,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
     pinned = recipe.torch[arch]
     # Accepting a CUDA torch means accepting any build of the pinned version (PyPI's has no +cpu).
     torch = TorchPin(
-        requirement=f"torch=={pinned.split('+')[0] if options.allow_cuda_torch else pinned}",
+        requirement=f"torch=={Version(pinned).public if options.allow_cuda_torch else pinned}",
         index_url=options.torch_index or recipe.torch_index,
         find_links=options.find_links,
     )
