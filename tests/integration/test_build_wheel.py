@@ -9,7 +9,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import re
 import tarfile
+import tempfile
 import time
 import zipfile
 from collections.abc import Callable, Iterator
@@ -157,6 +159,10 @@ def test_fake_vllm_builds_into_a_tagged_repaired_wheel(
     assert sidecar["wheel_sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
     assert sidecar["jobs"]["max_jobs"] == 1
     assert sidecar["compile"]["steps"] >= 2, "the progress counter read ninja's [done/total]"
+    assert sidecar["compile"]["cpu_seconds"] > 0, "the compilers' CPU time was counted"
+    assert (sidecar["build_type"], sidecar["debug_info"]) == ("Release", None)
+    assert sidecar["env"]["CMAKE_BUILD_TYPE"] == "Release"
+    assert not _debug_sections(wheel), "a Release build has no debug info"
     assert "sha256  " + sidecar["wheel_sha256"] in out
     assert not list(fake_release["wheels"].glob(".*")), "no temporary files left behind"
 
@@ -182,6 +188,47 @@ def test_fake_vllm_builds_into_a_tagged_repaired_wheel(
     assert main(_build_args(fake_release, "--jobs", "1")) == 0
     again = capsys.readouterr().out
     assert "cached at" in again and "reusing" in again and "already applied" in again
+
+
+def _debug_sections(wheel: Path) -> list[str]:
+    """The DWARF and debuglink sections of the wheel's kernel library."""
+    with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory() as folder:
+        library = Path(folder) / "_C.abi3.so"
+        library.write_bytes(archive.read("vllm/_C.abi3.so"))
+        return _sections(library)
+
+
+def _sections(library: Path) -> list[str]:
+    shown = subprocess.run(
+        ["readelf", "-S", "-W", str(library)], check=True, capture_output=True, text=True
+    ).stdout
+    return sorted(set(re.findall(r"\.(?:debug_info|gnu_debuglink)\b", shown)))
+
+
+@pytest.mark.integration
+def test_debug_info_goes_into_a_separate_archive(
+    fake_release: dict[str, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(_build_args(fake_release, "--jobs", "1", "--build-type", "RelWithDebInfo")) == 0
+    out = capsys.readouterr().out
+    (wheel,) = fake_release["wheels"].glob("*.whl")
+    debug = fake_release["wheels"] / f"{wheel.name}.debug.tar.gz"
+    assert f"debug info: {debug}" in out
+    assert _debug_sections(wheel) == [".gnu_debuglink"], "stripped, and naming its debug file"
+    with tarfile.open(debug) as tar:
+        assert tar.getnames() == ["vllm/_C.abi3.so.debug"]
+        tar.extractall(tmp_path / "debug", filter="data")
+    assert ".debug_info" in _sections(tmp_path / "debug" / "vllm" / "_C.abi3.so.debug")
+    sidecar = json.loads((wheel.parent / f"{wheel.name}.manifest.json").read_text())
+    assert sidecar["build_type"] == "RelWithDebInfo"
+    assert sidecar["debug_info"] == {
+        "file": debug.name,
+        "sha256": hashlib.sha256(debug.read_bytes()).hexdigest(),
+        "size_bytes": debug.stat().st_size,
+    }
+    with zipfile.ZipFile(wheel) as archive:
+        mode = archive.getinfo("vllm/_C.abi3.so").external_attr >> 16
+    assert mode & 0o444 == 0o444, "the stripped library stays readable by everyone"
 
 
 def test_missing_mirror_file_stops_before_compiling(
@@ -266,3 +313,18 @@ def test_a_dead_cache_warns_once_and_the_build_goes_on(
     assert out.count(f"warning: the compile cache {dead} cannot be used") == 1
     facts = _cache_facts(fake_release)
     assert isinstance(facts, dict) and facts["used"] is False and facts["why_not"]
+
+
+@pytest.mark.integration
+def test_compiles_go_to_the_build_servers(
+    fake_release: dict[str, Path], dist_cluster: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(_build_args(fake_release, "--jobs", "1", "--dist-scheduler", dist_cluster)) == 0
+    out = capsys.readouterr().out
+    facts = _cache_facts(fake_release)
+    assert isinstance(facts, dict) and facts["used"]
+    assert facts["distributed"] >= 1 and facts["dist_errors"] == 0, out
+    assert f"{facts['distributed']} compiled on build servers" in out
+    sidecar = next(fake_release["wheels"].glob("*.manifest.json")).read_text()
+    assert "test-client-token" not in sidecar and "test-client-token" not in out
+    assert not list(Path(tempfile.gettempdir()).glob("vcb-sccache-*.toml")), "the token is gone"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import resource
 import signal
 import subprocess
 import threading
@@ -46,6 +47,13 @@ class CompileStats:
     peak_rss_bytes: int = 0
     min_available_bytes: int | None = None
     pauses: int = 0
+    cpu_seconds: float = 0.0  # user + system of the whole compile tree
+
+
+def children_cpu_seconds() -> float:
+    """User + system time of every finished child process (and theirs) of this process."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def process_table(proc: Path = Path("/proc")) -> list[Process]:
@@ -126,7 +134,7 @@ def compile_logged(
     interval: float = 2.0,
 ) -> CompileStats:
     """Run the compile; show `[done/total] objects, minutes, memory`; keep the full log."""
-    stats, started = CompileStats(), time.monotonic()
+    stats, started, cpu_before = CompileStats(), time.monotonic(), children_cpu_seconds()
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a", buffering=1) as handle:
         process = start_streaming(argv, env=env, cwd=cwd)
@@ -146,6 +154,7 @@ def compile_logged(
             guard.release()
             reader.join(timeout=10)
     stats.seconds = time.monotonic() - started
+    stats.cpu_seconds = children_cpu_seconds() - cpu_before
     reporter.line(f"\n  {_progress(stats, started)}")
     if process.returncode != 0:
         raise ProcessFailedError(

@@ -1,21 +1,27 @@
 """Provision a g++ into a private prefix from another Debian release, changing nothing system-wide.
 
 `apt-get download` with a private sources list and state folder fetches the packages (apt checks
-them against the release's signed index), `dpkg-deb -x` unpacks them, and patchelf points the
-compiler's programs at the unpacked loader and libraries.
+them against the release's signed index), `dpkg-deb -x` unpacks them, and the
+compiler's programs are pointed at the unpacked loader and libraries: the drivers by a script that
+is the same in every prefix (what a shared compile cache hashes), the rest by patchelf.
 """
 
 from __future__ import annotations
 
+import hashlib
 import shutil
+import tarfile
+import tempfile
 from pathlib import Path
 
 from toolchain.errors import ProvisionError
 from toolchain.plan.compiler import GxxRecipe, gxx_recipe, prefix_for, provisioned_gxx
 from toolchain.util import run
+from toolchain.util.files import atomic_path
 from toolchain.util.report import reporter
 
-MARKER = ".vcb-provisioned"
+# the layout version: a prefix provisioned by an older toolkit (patched drivers) is made anew
+MARKER = ".vcb-provisioned-2"
 TRIPLETS = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}
 GCC_PROGRAMS = ("cc1", "cc1plus", "collect2", "lto-wrapper", "lto1")
 
@@ -30,7 +36,7 @@ def provision_gxx(work_dir: Path, arch: str, *, log: Path) -> Path:
     # Built in place: the patched programs name absolute paths inside the prefix. The marker,
     # written last, is what makes a prefix count as finished.
     shutil.rmtree(prefix, ignore_errors=True)
-    debs = _download(recipe, work_dir / "apt" / recipe.release, log=log)
+    debs = _download(recipe, work_dir / "apt" / recipe.release, triplet, log=log)
     (prefix / "runtime").mkdir(parents=True)
     for deb in debs["compiler"]:
         run.run_logged(["dpkg-deb", "-x", deb, prefix], log=log)
@@ -41,6 +47,35 @@ def provision_gxx(work_dir: Path, arch: str, *, log: Path) -> Path:
     _smoke_test(prefix, log=log)
     (prefix / MARKER).write_text("\n".join(p.name for group in debs.values() for p in group) + "\n")
     return prefix
+
+
+def dist_toolchain(work_dir: Path, arch: str, *, log: Path) -> tuple[Path, tuple[str, str]]:
+    """A toolchain archive for sccache-dist build servers, and the (gcc, g++) inside it.
+
+    The provisioned prefix runs Debian's programs through scripts that sccache cannot package, so
+    the build server gets a root made of the same Debian packages (and binutils), unpacked as they
+    are: there the programs find the loader and libraries where Debian puts them.
+    """
+    recipe, prefix = gxx_recipe(), prefix_for(work_dir)
+    triplet = TRIPLETS[arch]
+    programs = (f"/usr/bin/{triplet}-gcc-{recipe.major}", f"/usr/bin/{triplet}-g++-{recipe.major}")
+    archive = prefix.with_name(f"{prefix.name}.dist.tar.gz")
+    if archive.is_file():
+        return archive, programs
+    debs = work_dir / "apt" / recipe.release / "debs"
+    names = (prefix / MARKER).read_text().split()
+    with tempfile.TemporaryDirectory(prefix=".dist-root-", dir=prefix.parent) as folder:
+        root = Path(folder)
+        for name in names:
+            run.run_logged(["dpkg-deb", "-x", debs / name, root], log=log)
+        for link in ("bin", "lib", "lib64", "sbin"):  # Debian 13 is merged-/usr
+            if (root / "usr" / link).is_dir():
+                (root / link).symlink_to(f"usr/{link}")
+        shutil.rmtree(root / "usr" / "share", ignore_errors=True)
+        reporter.detail(f"packing {archive.name} for the build servers")
+        with atomic_path(archive) as temporary, tarfile.open(temporary, "w:gz") as tar:
+            tar.add(root, arcname=".")
+    return archive, programs
 
 
 def _apt_options(state: Path, recipe: GxxRecipe) -> list[str]:
@@ -69,14 +104,19 @@ def _apt_options(state: Path, recipe: GxxRecipe) -> list[str]:
     ]
 
 
-def _download(recipe: GxxRecipe, state: Path, *, log: Path) -> dict[str, list[Path]]:
+def _download(recipe: GxxRecipe, state: Path, triplet: str, *, log: Path) -> dict[str, list[Path]]:
     options = _apt_options(state, recipe)
     run.run_logged(["apt-get", *options, "update"], log=log, what="apt-get update")
     debs = state / "debs"
     debs.mkdir(parents=True, exist_ok=True)
-    groups = {"compiler": list(recipe.compiler), "runtime": list(recipe.runtime)}
+    gnu_arch = triplet.split("-")[0].replace("_", "-")
+    groups = {
+        "compiler": list(recipe.compiler),
+        "runtime": list(recipe.runtime),
+        "dist": [package.replace("{arch}", gnu_arch) for package in recipe.dist],
+    }
     run.run_logged(
-        ["apt-get", *options, "download", *groups["compiler"], *groups["runtime"]],
+        ["apt-get", *options, "download", *(p for group in groups.values() for p in group)],
         log=log,
         cwd=debs,
         what="apt-get download",
@@ -103,20 +143,50 @@ def _is_elf(path: Path) -> bool:
 
 
 def _point_at_private_loader(prefix: Path, triplet: str, major: str, *, log: Path) -> None:
-    """Compiler programs run on the unpacked (newer) libc, never on the host's."""
+    """Compiler programs run on the unpacked (newer) libc, never on the host's.
+
+    The drivers (g++, gcc, ...) are what a compile cache hashes to know the compiler, so they
+    must be the same bytes on every machine: each becomes a small script that finds the loader
+    beside itself and runs the untouched Debian program. The programs the drivers start (cc1plus,
+    collect2, ...) are patched to name the loader: their bytes hold the prefix, and nothing hashes
+    them.
+    """
     libs = prefix / "runtime" / "usr" / "lib" / triplet
     loader = next(libs.glob("ld-linux*.so*"), None)
     if loader is None:
         raise ProvisionError(f"no dynamic loader was unpacked into {libs}")
-    programs = [
-        p for p in (prefix / "usr" / "bin").glob(f"{triplet}-*-{major}") if not p.is_symlink()
-    ]
-    programs += [prefix / "usr" / "lib" / "gcc" / triplet / major / name for name in GCC_PROGRAMS]
-    for program in programs:
+    bin_dir = prefix / "usr" / "bin"
+    for driver in bin_dir.glob(f"{triplet}-*-{major}"):
+        if not driver.is_symlink() and _is_elf(driver):
+            _wrap_driver(driver, loader.relative_to(prefix))
+    for name in GCC_PROGRAMS:
+        program = prefix / "usr" / "lib" / "gcc" / triplet / major / name
         if _is_elf(program):
             run.run_logged(
                 ["patchelf", "--set-interpreter", loader, "--set-rpath", libs, program], log=log
             )
+
+
+def _wrap_driver(driver: Path, loader: Path) -> None:
+    """Replace an ELF driver with a script that is byte-identical in every prefix.
+
+    The untouched program is kept beside it as `.NAME.elf` (gcc finds its own programs relative
+    to argv[0], which `--argv0` keeps pointing at the script). Its sha256 is written into the
+    script, so that a cache keyed on the script still tells one compiler build from another.
+    """
+    real = driver.with_name(f".{driver.name}.elf")
+    driver.rename(real)
+    digest = hashlib.sha256(real.read_bytes()).hexdigest()
+    driver.write_text(
+        "#!/bin/sh\n"
+        f"# {driver.name}, provisioned by vllm-cpu-builder: runs the Debian program\n"
+        f"# {real.name} (sha256 {digest})\n"
+        "# on the loader and C library unpacked into this prefix.\n"
+        'here=$(dirname "$(readlink -f "$0")")\n'
+        f'lib="$here/../../{loader.parent}"\n'
+        f'exec "$lib/{loader.name}" --library-path "$lib" --argv0 "$0" "$here/{real.name}" "$@"\n'
+    )
+    driver.chmod(0o755)
 
 
 def _link_host_runtime(prefix: Path, triplet: str, major: str) -> None:

@@ -28,6 +28,7 @@ class BuildFacts:
     repaired_wheel: Path | None = None
     dropped: list[str] = field(default_factory=list)
     delivered: Path | None = None
+    debug_archive: Path | None = None  # the libraries' debug info, split out of the wheel
     cache: dict[str, Any] | None = None  # the shared compile cache: where, used, hits, misses
 
 
@@ -54,6 +55,7 @@ class BuildRun:
             "min_available_bytes": stats.min_available_bytes,
             "pauses": stats.pauses,
             "seconds": round(stats.seconds, 1),
+            "cpu_seconds": round(stats.cpu_seconds, 1),
         }
 
 

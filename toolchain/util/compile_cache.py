@@ -7,7 +7,9 @@ reads them from the environment, as its documentation names them.
 
 from __future__ import annotations
 
+import struct
 import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,3 +63,49 @@ def parse_cache(value: str) -> SharedCache:
         return SharedCache(backend=backend, where=value, env=env)
     endpoint = value.split("+", 1)[1]
     return SharedCache(backend=backend, where=value, env={"SCCACHE_WEBDAV_ENDPOINT": endpoint})
+
+
+# Distributed compiles through sccache-dist: the scheduler's URL on the command line, its client
+# token only in the environment (sccache reads it from a private config file the build writes).
+DIST_TOKEN_ENV = "VCB_DIST_TOKEN"
+# What one job needs on this machine while the build servers compile: g++ -E of vLLM 0.32.0's
+# heaviest units peaked at 155 MiB (docs/benchmarks.md), and sccache's client beside it.
+PREPROCESS_MIB = 256
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistScheduler:
+    url: str  # without credentials: safe to print
+
+
+def parse_dist_scheduler(value: str) -> DistScheduler:
+    """`http(s)://host:port` of an sccache-dist scheduler."""
+    parsed = urllib.parse.urlsplit(value)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise UsageError(
+            f"--dist-scheduler {value}: not an http(s) URL",
+            hint="the scheduler's address, e.g. http://scheduler:10600",
+        )
+    if parsed.username or parsed.password:
+        raise UsageError(
+            "--dist-scheduler: credentials do not go in the URL",
+            hint=f"set {DIST_TOKEN_ENV} to the scheduler's client token",
+        )
+    return DistScheduler(url=value.rstrip("/"))
+
+
+def scheduler_status(url: str, *, timeout: float = 5.0) -> tuple[int, int] | None:
+    """(build servers, their CPUs) as the scheduler reports them; None if it cannot be reached.
+
+    sccache-dist 0.16 answers GET /api/v1/scheduler/status with bincode: three little-endian
+    u64, the servers, their CPUs and the jobs in progress.
+    """
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/scheduler/status", timeout=timeout) as answer:
+            body = answer.read(64)
+    except (OSError, ValueError):
+        return None
+    if len(body) != 24:
+        return None
+    servers, cpus, _ = struct.unpack("<3Q", body)
+    return servers, cpus

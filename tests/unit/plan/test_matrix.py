@@ -39,7 +39,7 @@ def test_arm_cells_and_the_shared_cache() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"targets": ["avx2"]}, "builds portable; not avx2"),
+        ({"targets": ["amx"]}, "builds portable, avx2, avx512, avx512bf16; not amx"),
         ({"pythons": ["3.10"]}, "needs Python"),
     ],
 )
@@ -53,3 +53,14 @@ def test_json_is_a_github_actions_include_list(capsys: pytest.CaptureFixture[str
     data = json.loads(capsys.readouterr().out)
     assert list(data) == ["include"]
     assert data["include"][0]["command"].startswith("nox -s build-wheel -- --vllm 0.32.0")
+
+
+def test_the_one_wheel_era_builds_its_default_unless_lean_targets_are_asked_for() -> None:
+    recipe = load_recipe(RECIPES, "0.32.0")
+    assert [c.target for c in build_matrix([recipe], arch="x86_64")] == ["portable"]
+    lean = build_matrix([recipe], arch="x86_64", targets=["avx2", "avx512bf16"])
+    assert [c.command for c in lean] == [
+        "nox -s build-wheel -- --vllm 0.32.0 --target avx2 --python 3.11",
+        "nox -s build-wheel -- --vllm 0.32.0 --target avx512bf16 --python 3.11",
+    ]
+    assert "avx512_bf16" in lean[1].must_have and lean[1].must_lack == ()

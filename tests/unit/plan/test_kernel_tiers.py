@@ -1,0 +1,168 @@
+"""Lean x86 targets and the build type: which tiers, which CMake/oneDNN switches, which patch."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from toolchain.detect.host import Host
+from toolchain.errors import PlanError
+from toolchain.plan.planner import BuildOptions, plan_build
+from toolchain.plan.recipes import load_recipe
+from toolchain.plan.render import render_plan
+
+from .test_plan import RECIPES, SAVED, _run, host_of, plan  # noqa: F401  (host_of is a fixture)
+
+TIERS_PATCH = "vllm-cpu-x86-tiers.patch"
+ALL_TIERS = ("_C", "_C_AVX512", "_C_AVX2")
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.34.0"])
+@pytest.mark.parametrize(
+    ("target", "tiers", "onednn"),
+    [
+        ("portable", ALL_TIERS, None),
+        ("avx2", ("_C_AVX2",), ("AVX2", "AVX2")),
+        ("avx512", ("_C_AVX512",), ("AVX512", "AVX512")),
+        ("avx512bf16", ("_C",), ("AMX", "ALL")),
+    ],
+)
+def test_every_x86_target_of_the_one_wheel_era(
+    host_of: Callable[..., Host],  # noqa: F811
+    version: str,
+    target: str,
+    tiers: tuple[str, ...],
+    onednn: tuple[str, str] | None,
+) -> None:
+    result = plan(host_of("x86-zen4"), version, target=target)
+    assert result.kernel_tiers == tiers
+    assert TIERS_PATCH in [p.file.name for p in result.patches]
+    lean = tiers != ALL_TIERS
+    assert result.env.get("VLLM_CPU_X86_TIERS") == (",".join(tiers) if lean else None)
+    expected_args = (
+        f"-DONEDNN_ENABLE_PRIMITIVE_CPU_ISA={onednn[0]} -DONEDNN_ENABLE_GEMM_KERNELS_ISA={onednn[1]}"
+        if onednn
+        else None
+    )
+    assert result.env.get("CMAKE_ARGS") == expected_args
+    assert result.onednn_isa == (onednn[0] if onednn else "ALL")
+    assert result.wheel_version == f"{version}+cpu.{target}"
+
+
+@pytest.mark.parametrize(
+    ("machine", "version", "target"),
+    [
+        ("x86-zen4", "0.16.0", "avx512bf16"),
+        ("x86-haswell", "0.16.0", "avx2"),
+        ("arm-graviton3", "0.32.0", "bf16i8mm"),
+        ("arm-graviton3", "0.16.0", "bf16"),
+    ],
+)
+def test_eras_that_fix_the_isa_at_build_time_choose_no_tiers(
+    host_of: Callable[..., Host],  # noqa: F811
+    machine: str,
+    version: str,
+    target: str,
+) -> None:
+    result = plan(host_of(machine), version, target=target, sources=Path("/mirror"))
+    assert (result.kernel_tiers, result.onednn_isa) == ((), None)
+    assert "VLLM_CPU_X86_TIERS" not in result.env and "CMAKE_ARGS" not in result.env
+    assert TIERS_PATCH not in [p.file.name for p in result.patches]
+    assert "one kernel library _C; oneDNN as upstream has it" in render_plan(result)
+
+
+def test_portable_stays_the_default_and_the_plan_names_the_leaner_targets(
+    host_of: Callable[..., Host],  # noqa: F811
+) -> None:
+    zen4 = plan(host_of("x86-zen4"))
+    assert zen4.target_isa == "portable"
+    assert zen4.target_note.endswith("--target avx2 or avx512 or avx512bf16 compiles less")
+    haswell = plan(host_of("x86-haswell"))
+    assert haswell.target_isa == "portable"
+    assert haswell.target_note.endswith("for CPUs like this one alone, --target avx2 compiles less")
+    assert plan(host_of("x86-zen4"), target="avx2").target_note == "target avx2: asked for"
+
+
+def test_a_lean_wheel_runs_above_its_target_and_is_refused_below(
+    host_of: Callable[..., Host],  # noqa: F811
+) -> None:
+    # avx2 on an AVX-512 BF16 host: vLLM (patched) loads the AVX2 tier there, so no warning
+    above = plan(host_of("x86-zen4"), target="avx2")
+    assert not any("cannot import" in w for w in above.warnings)
+    below = plan(host_of("x86-haswell"), target="avx512")
+    assert below.min_isa[-4:] == ("avx512f", "avx512vl", "avx512bw", "avx512dq")
+    assert any("cannot import its kernels" in w for w in below.warnings)
+
+
+def test_a_lean_target_needs_the_tier_switch(
+    host_of: Callable[..., Host],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    recipe = load_recipe(RECIPES, "0.32.0")
+    unpatched = dataclasses.replace(
+        recipe, patches=tuple(p for p in recipe.patches if p.file.name != TIERS_PATCH)
+    )
+    with pytest.raises(PlanError, match="needs a patch adding VLLM_CPU_X86_TIERS.*has no such"):
+        plan_build(host_of("x86-zen4"), unpatched, BuildOptions(target="avx2"))
+    # the portable target builds every tier, as upstream does: no patch needed
+    assert plan_build(host_of("x86-zen4"), unpatched, BuildOptions()).target_isa == "portable"
+    tree = tmp_path / "vllm"
+    tree.mkdir()
+    (tree / "setup.py").write_text("ext_modules = []\n")
+    with pytest.raises(PlanError, match="setup.py does not read it"):
+        plan(host_of("x86-zen4"), target="avx2", source_dir=tree)
+    (tree / "setup.py").write_text('os.environ.get("VLLM_CPU_X86_TIERS")\n')
+    assert plan(host_of("x86-zen4"), target="avx2", source_dir=tree).kernel_tiers == ("_C_AVX2",)
+
+
+def test_the_build_type_reaches_cmake_and_is_checked(
+    host_of: Callable[..., Host],  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert plan(host_of("x86-zen4")).env["CMAKE_BUILD_TYPE"] == "Release"
+    debug = plan(host_of("x86-zen4"), build_type="RelWithDebInfo")
+    assert debug.env["CMAKE_BUILD_TYPE"] == "RelWithDebInfo"
+    assert "vLLM's kernels built RelWithDebInfo" in render_plan(debug)
+    code, _, err = _run(capsys, *SAVED, "--build-type", "Debug")
+    assert code == 2 and "--build-type is Release or RelWithDebInfo, not 'Debug'" in err
+
+
+def _manifest(folder: Path, name: str, *, cpu: float, build_type: str) -> None:
+    record = {
+        "compile": {"cpu_seconds": cpu, "seconds": cpu / 2},
+        "env": {"CMAKE_BUILD_TYPE": build_type},
+    }
+    (folder / f"{name}.manifest.json").write_text(json.dumps(record))
+
+
+def test_the_plan_expects_what_the_last_build_of_the_same_wheel_cost(
+    host_of: Callable[..., Host],  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    assert plan(host_of("x86-zen4"), target="avx2", wheel_dir=wheels).expected is None
+    stem = "vllm-0.32.0+cpu.avx2-cp311-cp311-manylinux_2_34_x86_64.whl"
+    _manifest(wheels, stem, cpu=2400.0, build_type="Release")
+    _manifest(wheels, stem.replace("cp311", "cp312"), cpu=2600.0, build_type="Release")
+    _manifest(wheels, stem.replace("cp311", "cp313"), cpu=9999.0, build_type="RelWithDebInfo")
+    _manifest(wheels, stem.replace("avx2", "portable"), cpu=5800.0, build_type="Release")
+    (wheels / f"{stem.replace('cp311', 'cp310')}.manifest.json").write_text("{not json")
+    expected = plan(host_of("x86-zen4"), target="avx2", wheel_dir=wheels).expected
+    assert expected is not None and expected.cpu_seconds == 2600.0
+    assert "cp312" in expected.manifest
+    rendered = render_plan(plan(host_of("x86-zen4"), target="avx2", wheel_dir=wheels))
+    assert "expected compile: 2,600 CPU-seconds, 21.7 min (the build of vllm-0.32.0+cpu.avx2" in (
+        rendered
+    )
+    args = ("--vllm", "0.32.0", "--target", "avx2", "--wheel-dir", str(wheels), "--json")
+    code, out, _ = _run(capsys, *SAVED, *args)
+    assert code == 0
+    shown = json.loads(out)
+    assert shown["expected"]["cpu_seconds"] == 2600.0
+    assert (shown["kernel_tiers"], shown["onednn_isa"]) == (["_C_AVX2"], "AVX2")
