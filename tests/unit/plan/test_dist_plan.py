@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -22,31 +21,24 @@ from .test_plan import host_of, plan  # noqa: F401  (host_of is a fixture)
 
 
 @pytest.fixture
-def scheduler() -> Iterator[Callable[[int, int], str]]:
+def scheduler(
+    http_server: Callable[[type[BaseHTTPRequestHandler]], str],
+) -> Callable[[int, int], str]:
     """A loopback HTTP server answering /api/v1/scheduler/status as sccache-dist 0.16 does."""
-    servers: list[ThreadingHTTPServer] = []
 
     def start(build_servers: int, cpus: int) -> str:
         body = struct.pack("<3Q", build_servers, cpus, 0)
 
         class Status(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (the http.server name)
+            def do_GET(self) -> None:
                 found = self.path == "/api/v1/scheduler/status"
                 self.send_response(200 if found else 404)
                 self.end_headers()
                 self.wfile.write(body if found else b"")
 
-            def log_message(self, *args: object) -> None:
-                pass
+        return http_server(Status)
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Status)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
-
-    yield start
-    for server in servers:
-        server.shutdown()
+    return start
 
 
 def test_the_scheduler_reports_its_servers(scheduler: Callable[[int, int], str]) -> None:

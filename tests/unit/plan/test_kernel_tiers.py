@@ -44,7 +44,8 @@ def test_every_x86_target_of_the_one_wheel_era(
     lean = tiers != ALL_TIERS
     assert result.env.get("VLLM_CPU_X86_TIERS") == (",".join(tiers) if lean else None)
     expected_args = (
-        f"-DONEDNN_ENABLE_PRIMITIVE_CPU_ISA={onednn[0]} -DONEDNN_ENABLE_GEMM_KERNELS_ISA={onednn[1]}"
+        f"-DONEDNN_ENABLE_PRIMITIVE_CPU_ISA={onednn[0]} "
+        f"-DONEDNN_ENABLE_GEMM_KERNELS_ISA={onednn[1]}"
         if onednn
         else None
     )
@@ -106,14 +107,14 @@ def test_a_lean_target_needs_the_tier_switch(
     unpatched = dataclasses.replace(
         recipe, patches=tuple(p for p in recipe.patches if p.file.name != TIERS_PATCH)
     )
-    with pytest.raises(PlanError, match="needs a patch adding VLLM_CPU_X86_TIERS.*has no such"):
+    with pytest.raises(PlanError, match=r"needs a patch adding VLLM_CPU_X86_TIERS .*has no such"):
         plan_build(host_of("x86-zen4"), unpatched, BuildOptions(target="avx2"))
     # the portable target builds every tier, as upstream does: no patch needed
     assert plan_build(host_of("x86-zen4"), unpatched, BuildOptions()).target_isa == "portable"
     tree = tmp_path / "vllm"
     tree.mkdir()
     (tree / "setup.py").write_text("ext_modules = []\n")
-    with pytest.raises(PlanError, match="setup.py does not read it"):
+    with pytest.raises(PlanError, match=r"setup\.py does not read it"):
         plan(host_of("x86-zen4"), target="avx2", source_dir=tree)
     (tree / "setup.py").write_text('os.environ.get("VLLM_CPU_X86_TIERS")\n')
     assert plan(host_of("x86-zen4"), target="avx2", source_dir=tree).kernel_tiers == ("_C_AVX2",)

@@ -37,7 +37,12 @@ def test_each_variant_gets_its_own_valid_index(wheels: Path, tmp_path: Path) -> 
     variants = json.loads((root / "variants.json").read_text())["variants"]
     assert sorted(variants) == ["avx2", "avx512", "portable"]
     assert variants["avx512"]["min_isa"] == [
-        "avx2", "avx512bw", "avx512dq", "avx512f", "avx512vl", "f16c"
+        "avx2",
+        "avx512bw",
+        "avx512dq",
+        "avx512f",
+        "avx512vl",
+        "f16c",
     ]
     page = (root / "avx2" / "simple" / "vcbdemo" / "index.html").read_text()
     assert "vcbdemo-1.0+cpu.avx2-py3-none-any.whl</a>" in page
