@@ -80,6 +80,18 @@ def process_table(proc: Path = Path("/proc")) -> list[Process]:
     return table
 
 
+def running(program: Path, table: Sequence[Process], proc: Path = Path("/proc")) -> list[int]:
+    """The processes of `table` that run this executable (the kernel cuts names at 15 bytes)."""
+    found = []
+    for process in table:
+        if process.name != program.name[:15]:
+            continue
+        with contextlib.suppress(OSError):
+            if Path(os.readlink(proc / str(process.pid) / "exe")) == program.resolve():
+                found.append(process.pid)
+    return found
+
+
 def descendants(root: int, table: Sequence[Process]) -> list[Process]:
     children: dict[int, list[Process]] = {}
     for process in table:
@@ -132,8 +144,12 @@ def compile_logged(
     log: Path,
     guard: MemoryGuard,
     interval: float = 2.0,
+    servers: Sequence[Path] = (),
 ) -> CompileStats:
-    """Run the compile; show `[done/total] objects, minutes, memory`; keep the full log."""
+    """Run the compile; show `[done/total] objects, minutes, memory`; keep the full log.
+
+    `servers`: programs (sccache) whose processes run compilers for this compile; their
+    compilers count in the memory figures and the guard pauses them as its own."""
     stats, started, cpu_before = CompileStats(), time.monotonic(), children_cpu_seconds()
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a", buffering=1) as handle:
@@ -142,7 +158,7 @@ def compile_logged(
         reader.start()
         try:
             with _termination_as_interrupt():
-                _watch(process, stats, guard, started, interval)
+                _watch(process, stats, guard, started, interval, servers)
         except KeyboardInterrupt:
             guard.release()  # a stopped compiler would not see SIGTERM
             _stop(process)
@@ -180,13 +196,17 @@ def _watch(
     guard: MemoryGuard,
     started: float,
     interval: float,
+    servers: Sequence[Path],
 ) -> None:
     last_print = 0.0
     tty = reporter.stream.isatty()
     while process.poll() is None:
         time.sleep(interval)
         available = read_memory().usable_bytes
-        tree = descendants(process.pid, process_table())
+        table = process_table()
+        # a compile server (sccache) runs the compilers outside the compile's own tree
+        roots = [process.pid, *(pid for server in servers for pid in running(server, table))]
+        tree = [p for root in roots for p in descendants(root, table)]
         in_use = sum(p.rss_bytes for p in tree)
         stats.peak_rss_bytes = max(stats.peak_rss_bytes, in_use)
         stats.min_available_bytes = min(available, stats.min_available_bytes or available)

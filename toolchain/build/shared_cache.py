@@ -8,12 +8,14 @@ warning. The counts of hits and misses go into the summary and the manifest.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from toolchain.build.compilation import process_table, running
 from toolchain.build.provision import dist_toolchain
 from toolchain.build.runner import BuildRun
 from toolchain.plan.buildplan import BuildPlan
@@ -103,18 +105,13 @@ def count(build: BuildRun, env: dict[str, str]) -> None:
 
 def server_cpu_seconds(binary: Path, proc: Path = Path("/proc")) -> float:
     """CPU time of this build's sccache server and of the compilers it ran and reaped."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for entry in proc.iterdir():
-        try:
-            if not entry.name.isdigit() or Path(os.readlink(entry / "exe")) != binary.resolve():
-                continue
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # utime, stime, cutime, cstime: fields 14-17, counted after the command's ")"
-        fields = stat[stat.rindex(")") + 2 :].split()
-        total += sum(int(value) for value in fields[11:15]) / ticks
+    ticks, total = os.sysconf("SC_CLK_TCK"), 0.0
+    for pid in running(binary, process_table(proc), proc):
+        with contextlib.suppress(OSError):
+            stat = (proc / str(pid) / "stat").read_text()
+            # utime, stime, cutime, cstime: fields 14-17, counted after the command's ")"
+            fields = stat[stat.rindex(")") + 2 :].split()
+            total += sum(int(value) for value in fields[11:15]) / ticks
     return total
 
 

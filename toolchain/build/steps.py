@@ -21,7 +21,7 @@ from toolchain.build.compilation import MemoryGuard, compile_logged
 from toolchain.build.debuginfo import split_debug_info
 from toolchain.build.provision import provision_gxx
 from toolchain.build.runner import BuildRun, StepFunction, run_steps
-from toolchain.build.shared_cache import count, start_cache, stop, without_cache
+from toolchain.build.shared_cache import count, sccache, start_cache, stop, without_cache
 from toolchain.build.sources import fetch_sdist
 from toolchain.detect.tools import numa_header, program_sha256, tool_version
 from toolchain.errors import BuildError, SourceError, ToolchainError
@@ -281,6 +281,7 @@ def compile_step(build: BuildRun) -> None:
             cwd=plan.source_folder,
             log=build.log,
             guard=guard,
+            servers=[sccache(plan)] if build.facts.cache and build.facts.cache["used"] else [],
         )  # fmt: skip
         if build.facts.cache is not None and build.facts.cache["used"]:
             count(build, env)
