@@ -63,6 +63,30 @@ def _corrupt(archive: Path, exc: BaseException) -> SourceError:
     )
 
 
+def _extract_data(tar: tarfile.TarFile, staging: Path) -> None:
+    """Extract only what stays inside `staging`: tarfile's "data" filter where this Python has it
+    (3.11.4 and newer); on older ones (Debian 12's python3 is 3.11.2) the same refusals by hand:
+    absolute or `..` names, links leading outside, devices and other special files."""
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(staging, filter="data")
+        return
+    root = staging.resolve()
+    for member in tar.getmembers():
+        target = (root / member.name).resolve()
+        if member.islnk():
+            link = (root / member.linkname).resolve()
+        elif member.issym():
+            link = (target.parent / member.linkname).resolve()
+        else:
+            link = root
+        inside = all(path == root or root in path.parents for path in (target, link))
+        plain = member.isfile() or member.isdir() or member.issym() or member.islnk()
+        if not inside or not plain:
+            raise tarfile.TarError(f"refusing to unpack {member.name!r}: it would leave the folder "
+                                   "or is not a plain file, folder or link")
+    tar.extractall(staging)
+
+
 def unpack_tar(archive: Path, destination: Path, *, stamp: str) -> Path:
     """Unpack an archive's single top folder as `destination`; reuse it if `stamp` matches."""
     marker = destination / MARKER
@@ -74,7 +98,7 @@ def unpack_tar(archive: Path, destination: Path, *, stamp: str) -> Path:
     staging.mkdir(parents=True)
     try:
         with tarfile.open(archive) as tar:
-            tar.extractall(staging, filter="data")
+            _extract_data(tar, staging)
         tops = list(staging.iterdir())
         root = tops[0] if len(tops) == 1 and tops[0].is_dir() else staging
         (root / MARKER).write_text(stamp + "\n")

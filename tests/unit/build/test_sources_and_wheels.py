@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import gzip
 import hashlib
@@ -53,6 +54,27 @@ def test_unpack_takes_the_top_folder_and_reuses_a_finished_copy(tmp_path: Path) 
     unpack_tar(archive, target, stamp="other")
     assert (target / "include" / "x.h").read_text() == "#define X 1\n", "new stamp: unpacked anew"
     assert sorted(p.name for p in target.parent.iterdir()) == ["dep-1.0"]
+
+
+@pytest.mark.parametrize("python", ["with the data filter", "before 3.11.4"])
+def test_unpack_refuses_members_that_leave_the_folder(
+    tmp_path: Path, python: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if python == "before 3.11.4":  # Debian 12's python3 (3.11.2), which runs Debian's nox
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    good = tmp_path / "good.tar"
+    good.write_bytes(_tar_bytes({"dep-1.0/a/b.h": b"ok"}))
+    assert (unpack_tar(good, tmp_path / "good", stamp="s") / "a" / "b.h").read_bytes() == b"ok"
+    up = tmp_path / "up.tar"
+    up.write_bytes(_tar_bytes({"dep-1.0/ok": b"x", "dep-1.0/../../escaped": b"evil"}))
+    with pytest.raises(SourceError, match="cannot be read as an archive"):
+        unpack_tar(up, tmp_path / "up", stamp="s")
+    assert not (tmp_path / "up").exists() and not (tmp_path.parent / "escaped").exists()
+    absolute = tmp_path / "absolute.tar"  # the data filter strips the "/", the fallback refuses
+    absolute.write_bytes(_tar_bytes({"dep-1.0/ok": b"x", str(tmp_path / "abs"): b"evil"}))
+    with contextlib.suppress(SourceError):
+        unpack_tar(absolute, tmp_path / "absolute", stamp="s")
+    assert not (tmp_path / "abs").exists()
 
 
 def test_atomic_path_leaves_nothing_on_failure(tmp_path: Path) -> None:
