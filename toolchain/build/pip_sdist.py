@@ -53,9 +53,9 @@ def _download(project: str, filename: str, dest: str, index_url: str | None) -> 
                 for chunk in response.iter_content(CHUNK):
                     out.write(chunk)
         except Exception as exc:  # requests' errors, as pip's session raises them
-            return _fail(DOWNLOAD_FAILED, f"download of {link.redacted_url} failed: {exc}")
+            return _fail(DOWNLOAD_FAILED, f"download of {redact(link.url)} failed: {exc}")
         stated = link.hash if link.hash_name == "sha256" else None
-        print(json.dumps({"url": link.redacted_url, "index_sha256": stated}))
+        print(json.dumps({"url": redact(link.url), "index_sha256": stated}))
     return 0
 
 
