@@ -230,7 +230,25 @@ def install_requirements(build: BuildRun) -> None:
     run.run_logged(
         [*pip, *plan.build_requires], log=build.log, what="installing build requirements"
     )
+    for include in plan.paths.venv.glob("lib/python*/site-packages/*/include"):
+        same_mtime(include)
     check_build_tools(build)
+
+
+def same_mtime(folder: Path) -> None:
+    """Give every file under `folder` the newest one's modification time.
+
+    g++ treats two `#pragma once` headers with the same contents and the same modification time
+    as one file and reads only the first. torch ships such twins, and pip stamps each file as it
+    unpacks it, so whether a twin is skipped depended on the second the install happened in: the
+    preprocessed units differed from machine to machine and a shared cache missed every vLLM
+    kernel. With one time for all, every machine skips the same twins; the newest time keeps
+    ninja's view of what changed."""
+    files = [path for path in folder.rglob("*") if path.is_file() and not path.is_symlink()]
+    if files:
+        newest = max(path.stat().st_mtime_ns for path in files)
+        for path in files:
+            os.utime(path, ns=(newest, newest))
 
 
 def check_build_tools(build: BuildRun) -> None:

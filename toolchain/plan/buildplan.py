@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.plan.jobs import JobSizing
-from toolchain.plan.recipes import DroppedRequirement, Patch
+from toolchain.plan.recipes import DroppedRequirement, OnednnPrune, Patch
 from toolchain.util.compile_cache import SharedCache
 
 
@@ -142,6 +142,7 @@ class BuildPlan:
     target_note: str
     kernel_tiers: tuple[str, ...]  # empty: the era's one _C
     onednn_isa: str | None
+    onednn_prune: OnednnPrune | None  # oneDNN units left out: the target never links them
     build_type: str
     expected: ExpectedCost | None
     wheel_version: str
@@ -174,4 +175,10 @@ class BuildPlan:
             {"file": str(p.file), "sha256": p.sha256, "reason": p.reason, "arch": p.arch}
             for p in self.patches
         ]
+        if self.onednn_prune is not None:
+            data["onednn_prune"] = {
+                "file": str(self.onednn_prune.file),
+                "sha256": self.onednn_prune.sha256,
+                "units": self.onednn_prune.units,
+            }
         return data

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
+from importlib import resources
 from pathlib import Path
 
 from packaging.version import Version
@@ -30,6 +31,7 @@ from toolchain.plan.recipes import (
     TIERS_SWITCH,
     IsaModel,
     IsaTarget,
+    OnednnPrune,
     Patch,
     Recipe,
 )
@@ -38,6 +40,8 @@ from toolchain.settings import BuildOptions
 from toolchain.util.compile_cache import PREPROCESS_MIB, scheduler_status
 from toolchain.util.source_lock import LOCK_NAME
 from toolchain.util.units import MIB
+
+PRUNE_CMAKE = Path(str(resources.files("toolchain") / "data" / "prune-onednn.cmake"))
 
 
 def choose_python(recipe: Recipe, host: Host, wanted: str | None) -> tuple[str, str]:
@@ -147,6 +151,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         target_note=_target_note(recipe.isa_models[arch], target, host, options),
         kernel_tiers=target.kernel_tiers,
         onednn_isa=target.onednn_isa,
+        onednn_prune=onednn_prune(recipe, target),
         build_type=options.build_type,
         expected=_expected_cost(options.wheel_dir, wheel_version, options.build_type),
         wheel_version=wheel_version,
@@ -225,13 +230,30 @@ def _kernel_env(
                 "(recipes/patches/vllm-cpu-x86-tiers.patch)",
             )
         env[TIERS_SWITCH] = ",".join(target.kernel_tiers)
+    cmake_args = []
     if target.onednn_isa not in (None, "ALL"):
         gemm = target.onednn_isa if target.onednn_isa in ONEDNN_GEMM_ISAS else "ALL"
-        env["CMAKE_ARGS"] = (
-            f"-DONEDNN_ENABLE_PRIMITIVE_CPU_ISA={target.onednn_isa} "
-            f"-DONEDNN_ENABLE_GEMM_KERNELS_ISA={gemm}"
-        )
+        cmake_args += [
+            f"-DONEDNN_ENABLE_PRIMITIVE_CPU_ISA={target.onednn_isa}",
+            f"-DONEDNN_ENABLE_GEMM_KERNELS_ISA={gemm}",
+        ]
+    prune = onednn_prune(recipe, target)
+    if prune is not None:  # setup.py splits CMAKE_ARGS at spaces: the paths must have none
+        for path in (PRUNE_CMAKE, prune.file):
+            if " " in str(path):
+                raise PlanError(f"{path} has a space, which vLLM's setup.py cannot pass to cmake")
+        cmake_args += [
+            f"-DCMAKE_PROJECT_oneDNN_INCLUDE={PRUNE_CMAKE}",
+            f"-DVCB_ONEDNN_SKIP={prune.file}",
+        ]
+    if cmake_args:
+        env["CMAKE_ARGS"] = " ".join(cmake_args)
     return env
+
+
+def onednn_prune(recipe: Recipe, target: IsaTarget) -> OnednnPrune | None:
+    """The recipe's list of oneDNN units this target never links, if it has one."""
+    return next((p for p in recipe.onednn_prune if p.target == target.name), None)
 
 
 def _expected_cost(wheel_dir: Path, wheel_version: str, build_type: str) -> ExpectedCost | None:

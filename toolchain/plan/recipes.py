@@ -91,6 +91,17 @@ class Patch:
 
 
 @dataclass(frozen=True, kw_only=True)
+class OnednnPrune:
+    """The oneDNN units a target's kernel library never links, left out of its compile."""
+
+    target: str
+    file: Path
+    sha256: str
+    units: int
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class Recipe:
     path: Path
     vllm: Version
@@ -109,6 +120,7 @@ class Recipe:
     third_party: tuple[ThirdParty, ...]
     drop_requirements: tuple[DroppedRequirement, ...] = ()
     patches: tuple[Patch, ...] = ()
+    onednn_prune: tuple[OnednnPrune, ...] = ()
 
     def third_party_for(self, arch: str) -> tuple[ThirdParty, ...]:
         return tuple(dep for dep in self.third_party if dep.arch in (None, arch))
@@ -153,7 +165,7 @@ def _version(value: str, *, where: str) -> Version:
 # Every key a recipe may have, per table: a typo (`tar_sha265`) is an error, not ignored.
 RECIPE_KEYS = {
     "": {"vllm", "source", "python", "torch", "build", "toolchain", "isa_model", "third_party",
-         "drop_requirements", "patches"},
+         "drop_requirements", "patches", "onednn_prune"},
     "source": {"sdist", "sha256", "git_tag"},
     "python": {"requires", "preferred"},
     "torch": {*SUPPORTED_ARCHES, "index"},
@@ -163,6 +175,7 @@ RECIPE_KEYS = {
     "third_party": {"name", "arch", "repository", "ref", "commit", "archive", "tar_sha256", "env"},
     "drop_requirements": {"name", "reason"},
     "patches": {"file", "versions", "reason", "arch", "enables"},
+    "onednn_prune": {"target", "file", "reason"},
 }  # fmt: skip
 
 
@@ -237,6 +250,10 @@ def parse_recipe(data: dict[str, Any], *, path: Path, models: Mapping[str, IsaMo
             _patch(entry, vllm, folder=path.parent, where=f"{where} patches[{index}]")
             for index, entry in enumerate(_array(data, "patches", where))
         ),
+        onednn_prune=tuple(
+            _onednn_prune(entry, isa_models, folder=path.parent, where=f"{where} onednn_prune[{i}]")
+            for i, entry in enumerate(_array(data, "onednn_prune", where))
+        ),
     )
 
 
@@ -277,6 +294,29 @@ def _third_party(entry: dict[str, Any], *, where: str) -> ThirdParty:
         env=string(entry, "env", where=where),
         commit=_optional_string(entry, "commit", where=where),
         tar_sha256=sha256_hex(entry, "tar_sha256", where=where) if "tar_sha256" in entry else None,
+    )
+
+
+def _onednn_prune(
+    entry: dict[str, Any], models: Mapping[str, IsaModel], *, folder: Path, where: str
+) -> OnednnPrune:
+    _checked(entry, "onednn_prune", where)
+    target = string(entry, "target", where=where)
+    if not any(target in model.targets for model in models.values()):
+        raise DataFileError(f"{where}: key 'target': this recipe's ISA models have no '{target}'")
+    file = folder / string(entry, "file", where=where)
+    if not file.is_file():
+        raise DataFileError(f"{where}: key 'file': {file} does not exist")
+    text = file.read_text()
+    units = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    if any(len(line.split()) != 2 for line in units):
+        raise DataFileError(f"{where}: {file} must have one 'TARGET SOURCE' line per unit")
+    return OnednnPrune(
+        target=target,
+        file=file,
+        sha256=hashlib.sha256(text.encode()).hexdigest(),
+        units=len(units),
+        reason=string(entry, "reason", where=where),
     )
 
 

@@ -67,4 +67,6 @@ def _kernels(plan: BuildPlan) -> str:
         else "one kernel library _C"
     )
     onednn = f"oneDNN up to {plan.onednn_isa}" if plan.onednn_isa else "oneDNN as upstream has it"
+    if plan.onednn_prune is not None:
+        onednn += f" without the {plan.onednn_prune.units} units it never links"
     return f"{tiers}; {onednn}; vLLM's kernels built {plan.build_type}"

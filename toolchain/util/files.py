@@ -82,8 +82,10 @@ def _extract_data(tar: tarfile.TarFile, staging: Path) -> None:
         inside = all(path == root or root in path.parents for path in (target, link))
         plain = member.isfile() or member.isdir() or member.issym() or member.islnk()
         if not inside or not plain:
-            raise tarfile.TarError(f"refusing to unpack {member.name!r}: it would leave the folder "
-                                   "or is not a plain file, folder or link")
+            raise tarfile.TarError(
+                f"refusing to unpack {member.name!r}: it would leave the folder "
+                "or is not a plain file, folder or link"
+            )
     tar.extractall(staging)
 
 
