@@ -175,10 +175,5 @@ class BuildPlan:
             {"file": str(p.file), "sha256": p.sha256, "reason": p.reason, "arch": p.arch}
             for p in self.patches
         ]
-        if self.onednn_prune is not None:
-            data["onednn_prune"] = {
-                "file": str(self.onednn_prune.file),
-                "sha256": self.onednn_prune.sha256,
-                "units": self.onednn_prune.units,
-            }
+        data["onednn_prune"] = self.onednn_prune and self.onednn_prune.record()
         return data

@@ -100,6 +100,10 @@ class OnednnPrune:
     units: int
     reason: str
 
+    def record(self) -> dict[str, str | int]:
+        """What the plan's JSON and the manifest say of it."""
+        return {"file": self.file.name, "sha256": self.sha256, "units": self.units}
+
 
 @dataclass(frozen=True, kw_only=True)
 class Recipe:

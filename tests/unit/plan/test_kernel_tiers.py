@@ -11,7 +11,7 @@ import pytest
 
 from toolchain.detect.host import Host
 from toolchain.errors import PlanError
-from toolchain.plan.planner import BuildOptions, plan_build
+from toolchain.plan.planner import PRUNE_CMAKE, BuildOptions, plan_build
 from toolchain.plan.recipes import load_recipe
 from toolchain.plan.render import render_plan
 
@@ -49,6 +49,17 @@ def test_every_x86_target_of_the_one_wheel_era(
         if onednn
         else None
     )
+    pruned = (version, target) == ("0.32.0", "avx2")  # the one list measured so far
+    if pruned:
+        assert result.onednn_prune is not None and result.onednn_prune.units == 184
+        skip = result.onednn_prune.file
+        expected_args = (
+            f"{expected_args} -DCMAKE_PROJECT_oneDNN_INCLUDE={PRUNE_CMAKE} -DVCB_ONEDNN_SKIP={skip}"
+        )
+        assert PRUNE_CMAKE.is_file() and skip.name == "vllm-0.32.0-avx2.txt"
+        assert "without the 184 units it never links" in render_plan(result)
+    else:
+        assert result.onednn_prune is None
     assert result.env.get("CMAKE_ARGS") == expected_args
     assert result.onednn_isa == (onednn[0] if onednn else "ALL")
     assert result.wheel_version == f"{version}+cpu.{target}"

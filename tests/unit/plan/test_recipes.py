@@ -89,6 +89,8 @@ def _broken_copy(tmp_path: Path, old: str, new: str) -> Path:
             "fallback.patch applies to vLLM >=0.33, not 0.32.0",
         ),
         ('file = "patches/', 'file = "missing/', "patches[0]: key 'file'"),
+        ('target = "avx2"', 'target = "avx3"', "onednn_prune[0]: key 'target'"),
+        ('file = "onednn-prune/', 'file = "gone/', "onednn_prune[0]: key 'file'"),
     ],
 )
 def test_malformed_recipe_names_file_and_key(
@@ -99,6 +101,14 @@ def test_malformed_recipe_names_file_and_key(
         load_recipe(folder, "0.32.0")
     assert str(folder / "vllm-0.32.0.toml") in caught.value.message
     assert expected in caught.value.message
+
+
+def test_an_onednn_prune_list_needs_target_and_source_on_every_line(tmp_path: Path) -> None:
+    folder = _broken_copy(tmp_path, "[[onednn_prune]]", "[[onednn_prune]]")
+    listed = folder / "onednn-prune" / "vllm-0.32.0-avx2.txt"
+    listed.write_text(listed.read_text() + "dnnl_cpu\n")
+    with pytest.raises(DataFileError, match="one 'TARGET SOURCE' line per unit"):
+        load_recipe(folder, "0.32.0")
 
 
 def test_isa_model_with_unknown_feature_is_refused(tmp_path: Path) -> None:
