@@ -241,7 +241,10 @@ def _kernel_env(
     if prune is not None:  # setup.py splits CMAKE_ARGS at spaces: the paths must have none
         for path in (PRUNE_CMAKE, prune.file):
             if " " in str(path):
-                raise PlanError(f"{path} has a space, which vLLM's setup.py cannot pass to cmake")
+                raise PlanError(
+                    f"{path} has a space, which vLLM's setup.py cannot pass to cmake",
+                    hint="install the toolkit (and its recipes) in a folder without spaces",
+                )
         cmake_args += [
             f"-DCMAKE_PROJECT_oneDNN_INCLUDE={PRUNE_CMAKE}",
             f"-DVCB_ONEDNN_SKIP={prune.file}",

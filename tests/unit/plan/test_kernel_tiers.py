@@ -178,3 +178,17 @@ def test_the_plan_expects_what_the_last_build_of_the_same_wheel_cost(
     shown = json.loads(out)
     assert shown["expected"]["cpu_seconds"] == 2600.0
     assert (shown["kernel_tiers"], shown["onednn_isa"]) == (["_C_AVX2"], "AVX2")
+
+
+def test_a_prune_list_in_a_folder_with_a_space_is_refused(
+    host_of: Callable[..., Host],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import toolchain.plan.planner as planner_module
+
+    monkeypatch.setattr(planner_module, "PRUNE_CMAKE", Path("/opt/my tools/prune-onednn.cmake"))
+    with pytest.raises(PlanError, match=r"has a space, which vLLM's setup\.py cannot pass"):
+        plan(host_of("x86-zen4"), "0.32.0", target="avx2")
+    assert "CMAKE_PROJECT" not in plan(host_of("x86-zen4"), "0.32.0", target="avx512").env.get(
+        "CMAKE_ARGS", ""
+    )
