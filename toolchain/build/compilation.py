@@ -37,6 +37,7 @@ class Process:
     name: str
     rss_bytes: int
     started: int
+    cpu_ticks: int = 0  # utime + stime + cutime + cstime: its own and its reaped children's
 
 
 @dataclass(kw_only=True)
@@ -75,6 +76,8 @@ def process_table(proc: Path = Path("/proc")) -> list[Process]:
                 name=name,
                 rss_bytes=rss_pages * PAGE,
                 started=int(fields[19]),
+                # stat fields 14-17, counted after the command's ")"
+                cpu_ticks=sum(int(value) for value in fields[11:15]),
             )
         )
     return table

@@ -31,6 +31,11 @@ class BuildFacts:
     debug_archive: Path | None = None  # the libraries' debug info, split out of the wheel
     cache: dict[str, Any] | None = None  # the shared compile cache: where, used, hits, misses
 
+    @property
+    def cache_used(self) -> bool:
+        """The shared compile cache started and this build compiles through it."""
+        return self.cache is not None and bool(self.cache["used"])
+
 
 @dataclass
 class BuildRun:

@@ -8,7 +8,6 @@ warning. The counts of hits and misses go into the summary and the manifest.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from collections.abc import Sequence
@@ -105,14 +104,9 @@ def count(build: BuildRun, env: dict[str, str]) -> None:
 
 def server_cpu_seconds(binary: Path, proc: Path = Path("/proc")) -> float:
     """CPU time of this build's sccache server and of the compilers it ran and reaped."""
-    ticks, total = os.sysconf("SC_CLK_TCK"), 0.0
-    for pid in running(binary, process_table(proc), proc):
-        with contextlib.suppress(OSError):
-            stat = (proc / str(pid) / "stat").read_text()
-            # utime, stime, cutime, cstime: fields 14-17, counted after the command's ")"
-            fields = stat[stat.rindex(")") + 2 :].split()
-            total += sum(int(value) for value in fields[11:15]) / ticks
-    return total
+    table = process_table(proc)
+    ours = set(running(binary, table, proc))
+    return sum(p.cpu_ticks for p in table if p.pid in ours) / os.sysconf("SC_CLK_TCK")
 
 
 def write_dist_config(build: BuildRun, path: Path) -> None:
@@ -161,7 +155,7 @@ def dist_config(
 
 def stop(build: BuildRun, env: dict[str, str]) -> None:
     """The server stopped and the config with the token gone, however the compile ended."""
-    if build.facts.cache is not None and build.facts.cache["used"]:
+    if build.facts.cache_used:
         run.capture([sccache(build.plan), "--stop-server"], check=False, env=env, timeout=60)
     if build.plan.dist is not None:
         Path(build.plan.env["SCCACHE_CONF"]).unlink(missing_ok=True)

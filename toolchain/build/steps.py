@@ -299,9 +299,9 @@ def compile_step(build: BuildRun) -> None:
             cwd=plan.source_folder,
             log=build.log,
             guard=guard,
-            servers=[sccache(plan)] if build.facts.cache and build.facts.cache["used"] else [],
+            servers=[sccache(plan)] if build.facts.cache_used else [],
         )  # fmt: skip
-        if build.facts.cache is not None and build.facts.cache["used"]:
+        if build.facts.cache_used:
             count(build, env)
     finally:
         stop(build, env)

@@ -118,13 +118,14 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
     )
     third_party, deps_env, deps_warnings = _third_party(recipe, arch, options, paths.deps)
     patches = tuple(patch for patch in recipe.patches if patch.applies_to(arch))
+    prune = onednn_prune(recipe, target)
     env = {
         "VLLM_TARGET_DEVICE": "cpu",
         "MAX_JOBS": str(jobs.max_jobs),
         "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs.max_jobs),
         "CMAKE_BUILD_TYPE": options.build_type,
         **target.env,
-        **_kernel_env(recipe, recipe.isa_models[arch], target, patches, options),
+        **_kernel_env(recipe, recipe.isa_models[arch], target, patches, prune, options),
         "CC": compiler.cc,
         "CXX": compiler.cxx,
         "VLLM_VERSION_OVERRIDE": wheel_version,
@@ -151,7 +152,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         target_note=_target_note(recipe.isa_models[arch], target, host, options),
         kernel_tiers=target.kernel_tiers,
         onednn_isa=target.onednn_isa,
-        onednn_prune=onednn_prune(recipe, target),
+        onednn_prune=prune,
         build_type=options.build_type,
         expected=_expected_cost(options.wheel_dir, wheel_version, options.build_type),
         wheel_version=wheel_version,
@@ -209,9 +210,11 @@ def _kernel_env(
     model: IsaModel,
     target: IsaTarget,
     patches: tuple[Patch, ...],
+    prune: OnednnPrune | None,
     options: BuildOptions,
 ) -> dict[str, str]:
-    """The switches that limit the compile to the target's kernel tiers and oneDNN ISA."""
+    """The switches that limit the compile to the target's kernel tiers and oneDNN ISA, and
+    leave out the oneDNN units it never links."""
     env = {}
     every_tier = {tier for t in model.targets.values() for tier in t.kernel_tiers}
     if set(target.kernel_tiers) < every_tier:
@@ -237,7 +240,6 @@ def _kernel_env(
             f"-DONEDNN_ENABLE_PRIMITIVE_CPU_ISA={target.onednn_isa}",
             f"-DONEDNN_ENABLE_GEMM_KERNELS_ISA={gemm}",
         ]
-    prune = onednn_prune(recipe, target)
     if prune is not None:  # setup.py splits CMAKE_ARGS at spaces: the paths must have none
         for path in (PRUNE_CMAKE, prune.file):
             if " " in str(path):
@@ -260,7 +262,8 @@ def onednn_prune(recipe: Recipe, target: IsaTarget) -> OnednnPrune | None:
 
 
 def _expected_cost(wheel_dir: Path, wheel_version: str, build_type: str) -> ExpectedCost | None:
-    """What the last build of the same release, target and build type cost, from its manifest."""
+    """What an earlier build of the same release, target and build type cost, from the
+    manifests in the wheel folder: the costliest one, so the plan never promises too little."""
     seen = []
     for path in wheel_dir.glob(f"vllm-{wheel_version}-*.whl.manifest.json"):
         try:
@@ -328,7 +331,6 @@ def _cache_env(
         shared = {
             "CMAKE_C_COMPILER_LAUNCHER": "sccache",
             "CMAKE_CXX_COMPILER_LAUNCHER": "sccache",
-            # a socket path must be short (108 bytes): named after the build folder, in /tmp
             "SCCACHE_SERVER_UDS": str(_private_tmp(build_dir, ".sock")),
             "SCCACHE_IDLE_TIMEOUT": "0",
             # paths inside these folders count relative to them, so that another machine's
