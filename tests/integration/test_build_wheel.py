@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
 import shutil
 import socket
@@ -20,7 +21,9 @@ from pathlib import Path
 import pytest
 
 from toolchain.cli import main
+from toolchain.detect.memory import read_memory
 from toolchain.util.files import tar_sha256
+from toolchain.util.units import MIB
 from toolchain.wheelfile import read_manifest, requires_dist
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -328,3 +331,43 @@ def test_compiles_go_to_the_build_servers(
     sidecar = next(fake_release["wheels"].glob("*.manifest.json")).read_text()
     assert "test-client-token" not in sidecar and "test-client-token" not in out
     assert not list(Path(tempfile.gettempdir()).glob("vcb-sccache-*.toml")), "the token is gone"
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a light pool needs 2 CPUs")
+def test_light_units_run_together_and_heavy_ones_after_them(
+    fake_release: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    recipe = fake_release["recipes"] / "vllm-0.1.0.toml"
+    text = recipe.read_text().replace("memory_per_job_mib = 256", "memory_per_job_mib = 2048")
+    recipe.write_text(
+        text + '[[compile_memory]]\nwhat = "fake oneDNN"\ntargets = ["fakednn_*"]\npeak_mib = 64\n'
+        'pool = "light"\n'
+    )
+    available_mib = read_memory().usable_bytes // MIB
+    if available_mib < 4096:
+        pytest.skip("needs 4 GiB available")
+    # a reserve that leaves this machine room for one 2 GiB job and a half: flat sizing says 1
+    reserve = available_mib - 3072
+    assert main(_build_args(fake_release, "--reserve-mib", str(reserve))) == 0
+    cpus = len(os.sched_getaffinity(0))
+    assert f"(fake oneDNN {cpus} at a time" in capsys.readouterr().out
+    (build,) = fake_release["work"].glob("builds/*/src/build/temp*")
+    ninja = (build / "CMakeFiles" / "rules.ninja").read_text()
+    assert f"pool vcb_light\n  depth = {cpus}" in ninja and "pool vcb_heavy\n  depth = 1" in ninja
+    spans = {}  # output: (start ms, end ms), from ninja's log
+    for line in (build / ".ninja_log").read_text().splitlines()[1:]:
+        start, end, _, output, _ = line.split("\t")
+        spans[output] = (int(start), int(end))
+    light = sorted(span for out, span in spans.items() if "fakednn_ops.dir" in out)
+    assert len(light) == 3 and light[1][0] < light[0][1], "two light units ran at once"
+    archive_end = next(end for out, (_, end) in spans.items() if out.endswith("fakednn_ops.a"))
+    heavy_start = next(start for out, (start, _) in spans.items() if "_C.dir" in out)
+    assert heavy_start >= archive_end, "the heavy unit waited for the light ones"
+    (wheel,) = fake_release["wheels"].glob("*.whl")
+    sidecar = json.loads((wheel.parent / f"{wheel.name}.manifest.json").read_text())
+    assert [(p["name"], p["jobs"]) for p in sidecar["jobs"]["pools"]] == [
+        ("light", cpus),
+        ("heavy", 1),
+    ]
+    assert isinstance(sidecar["compile"]["unit_memory"]["by_target"], dict)

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toolchain.build.unit_memory import UnitMemory
 from toolchain.detect.memory import read_memory
 from toolchain.errors import ProcessFailedError
 from toolchain.util.report import reporter
@@ -49,6 +50,7 @@ class CompileStats:
     min_available_bytes: int | None = None
     pauses: int = 0
     cpu_seconds: float = 0.0  # user + system of the whole compile tree
+    units: UnitMemory = field(default_factory=UnitMemory)
 
 
 def children_cpu_seconds() -> float:
@@ -146,7 +148,7 @@ def compile_logged(
     cwd: Path,
     log: Path,
     guard: MemoryGuard,
-    interval: float = 2.0,
+    interval: float = 1.0,
     servers: Sequence[Path] = (),
 ) -> CompileStats:
     """Run the compile; show `[done/total] objects, minutes, memory`; keep the full log.
@@ -213,6 +215,7 @@ def _watch(
         in_use = sum(p.rss_bytes for p in tree)
         stats.peak_rss_bytes = max(stats.peak_rss_bytes, in_use)
         stats.min_available_bytes = min(available, stats.min_available_bytes or available)
+        stats.units.sample(tree)
         message = guard.step(available, tree)
         if message:
             stats.pauses += message.startswith("memory low")

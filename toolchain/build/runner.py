@@ -61,6 +61,7 @@ class BuildRun:
             "pauses": stats.pauses,
             "seconds": round(stats.seconds, 1),
             "cpu_seconds": round(stats.cpu_seconds, 1),
+            "unit_memory": stats.units.record(),
         }
 
 

@@ -397,7 +397,11 @@ def manifest(build: BuildRun, wheel_name: str) -> dict[str, Any]:
             "os": host.os_name,
             "glibc": host.glibc,
         },
-        "jobs": {"max_jobs": plan.max_jobs, "limited_by": plan.jobs.limited_by},
+        "jobs": {
+            "max_jobs": plan.max_jobs,
+            "limited_by": plan.jobs.limited_by,
+            "pools": [dataclasses.asdict(pool) for pool in plan.jobs.pools],
+        },
         "compile": build.compile_facts(),
         "compile_cache": build.facts.cache,
         "durations_seconds": dict(build.durations),

@@ -10,15 +10,7 @@
 
 file(STRINGS "${VCB_ONEDNN_SKIP}" _vcb_onednn_skip REGEX "^[^#]")
 
-function(_vcb_targets_below directory out)
-  get_property(targets DIRECTORY "${directory}" PROPERTY BUILDSYSTEM_TARGETS)
-  get_property(children DIRECTORY "${directory}" PROPERTY SUBDIRECTORIES)
-  foreach(child IN LISTS children)
-    _vcb_targets_below("${child}" below)
-    list(APPEND targets ${below})
-  endforeach()
-  set(${out} ${targets} PARENT_SCOPE)
-endfunction()
+include("${CMAKE_CURRENT_LIST_DIR}/targets-below.cmake")
 
 function(_vcb_prune_onednn)
   _vcb_targets_below("${CMAKE_CURRENT_SOURCE_DIR}" targets)

@@ -1,11 +1,31 @@
-"""How many compile jobs the memory can hold: upstream sizes by cores alone and kills small VMs."""
+"""How many compile jobs the memory can hold: upstream sizes by cores alone and kills small VMs.
+
+With a recipe's measured model ([[compile_memory]]) the units are weighed: light ones (oneDNN,
+~0.4 GiB) run in one Ninja pool as many at a time as CPUs and memory allow, heavy ones (vLLM's
+kernels, up to 3.8 GiB, and every unmeasured target) in another, after the light ones
+(toolchain/data/job-pools.cmake), so the expected peak is the larger of the two, not their sum.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from toolchain.errors import PlanError
-from toolchain.util.units import GIB
+from toolchain.plan.recipes import CompileMemory
+from toolchain.util.units import GIB, gib
+
+UNMEASURED = "every unmeasured target"
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobPool:
+    name: str  # the Ninja pool is vcb_<name>
+    jobs: int
+    memory_per_job_bytes: int
+    what: tuple[str, ...]  # in the user's words: "oneDNN", "vLLM's kernels"
+    targets: tuple[str, ...] = ()  # the light pool's CMake targets; heavy is all the others
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -18,6 +38,17 @@ class JobSizing:
     reserve_bytes: int
     expected_peak_bytes: int
     warning: str | None = None
+    pools: tuple[JobPool, ...] = ()  # empty: every unit sized as the heaviest
+
+    def schedule(self) -> str:
+        """The pools in one line: "oneDNN 6 at a time (1.1 GiB each), then vLLM's kernels ..."."""
+        return (
+            ", then ".join(
+                f"{', '.join(p.what)} {p.jobs} at a time ({gib(p.memory_per_job_bytes)} each)"
+                for p in self.pools
+            )
+            + f"; peak {gib(self.expected_peak_bytes)}"
+        )
 
 
 def size_jobs(
@@ -27,8 +58,56 @@ def size_jobs(
     memory_per_job_bytes: int,
     reserve_bytes: int,
     override: int | None = None,
+    measured: Sequence[CompileMemory] = (),
 ) -> JobSizing:
-    """jobs = min(cpus, floor((available - reserve) / memory per job)), never below 1."""
+    """jobs = min(cpus, floor((available - reserve) / memory per job)), never below 1; with a
+    measured model, light units get as many jobs as their own weight allows."""
+    flat = _flat(
+        cpus=cpus,
+        available_bytes=available_bytes,
+        memory_per_job_bytes=memory_per_job_bytes,
+        reserve_bytes=reserve_bytes,
+        override=override,
+    )
+    light = [m for m in measured if m.pool == "light"]
+    if override is not None or not light:
+        return flat
+    light_bytes = max(m.peak_bytes for m in light)
+    light_jobs = min(cpus, (available_bytes - reserve_bytes) // light_bytes)
+    if light_jobs <= flat.max_jobs:
+        return flat  # the memory holds as many heavy units as there are CPUs
+    heavy = [m.what for m in measured if m not in light]
+    pools = (
+        JobPool(
+            name="light",
+            jobs=light_jobs,
+            memory_per_job_bytes=light_bytes,
+            what=tuple(dict.fromkeys(m.what for m in light)),
+            targets=tuple(t for m in light for t in m.targets),
+        ),
+        JobPool(
+            name="heavy",
+            jobs=flat.max_jobs,
+            memory_per_job_bytes=memory_per_job_bytes,
+            what=(*dict.fromkeys(heavy), UNMEASURED),
+        ),
+    )
+    return dataclasses.replace(
+        flat,
+        max_jobs=light_jobs,
+        expected_peak_bytes=reserve_bytes + max(p.jobs * p.memory_per_job_bytes for p in pools),
+        pools=pools,
+    )
+
+
+def _flat(
+    *,
+    cpus: int,
+    available_bytes: int,
+    memory_per_job_bytes: int,
+    reserve_bytes: int,
+    override: int | None,
+) -> JobSizing:
     fit = (available_bytes - reserve_bytes) // memory_per_job_bytes
     if override is None and fit < 1:
         need = (reserve_bytes + memory_per_job_bytes) / GIB

@@ -41,7 +41,8 @@ from toolchain.util.compile_cache import PREPROCESS_MIB, scheduler_status
 from toolchain.util.source_lock import LOCK_NAME
 from toolchain.util.units import MIB
 
-PRUNE_CMAKE = Path(str(resources.files("toolchain") / "data" / "prune-onednn.cmake"))
+DATA = Path(str(resources.files("toolchain") / "data"))
+PRUNE_CMAKE, POOLS_CMAKE = DATA / "prune-onednn.cmake", DATA / "job-pools.cmake"
 
 
 def choose_python(recipe: Recipe, host: Host, wanted: str | None) -> tuple[str, str]:
@@ -99,6 +100,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         memory_per_job_bytes=PREPROCESS_MIB * MIB if remote else recipe.memory_per_job_bytes,
         reserve_bytes=options.reserve_bytes,
         override=options.jobs,
+        measured=() if remote else recipe.compile_memory,
     )
     warnings += [jobs.warning] if jobs.warning else []
     wheel_version = f"{recipe.vllm}+cpu.{target.name}"
@@ -125,7 +127,8 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs.max_jobs),
         "CMAKE_BUILD_TYPE": options.build_type,
         **target.env,
-        **_kernel_env(recipe, recipe.isa_models[arch], target, patches, prune, options),
+        **_kernel_env(recipe, recipe.isa_models[arch], target, patches, options),
+        **_cmake_args(target, prune, jobs),
         "CC": compiler.cc,
         "CXX": compiler.cxx,
         "VLLM_VERSION_OVERRIDE": wheel_version,
@@ -210,50 +213,63 @@ def _kernel_env(
     model: IsaModel,
     target: IsaTarget,
     patches: tuple[Patch, ...],
-    prune: OnednnPrune | None,
     options: BuildOptions,
 ) -> dict[str, str]:
-    """The switches that limit the compile to the target's kernel tiers and oneDNN ISA, and
-    leave out the oneDNN units it never links."""
-    env = {}
+    """The switch that limits the compile to the target's kernel tiers."""
     every_tier = {tier for t in model.targets.values() for tier in t.kernel_tiers}
-    if set(target.kernel_tiers) < every_tier:
-        if options.source_dir:  # built as it is: the tree must have the switch already
-            setup = options.source_dir / "setup.py"
-            patched = setup.is_file() and TIERS_SWITCH in setup.read_text(errors="replace")
-            why = f"{setup} does not read it"
-        else:
-            patched = any(TIERS_SWITCH in p.enables for p in patches)
-            why = "the recipe has no such patch"
-        if not patched:
-            raise PlanError(
-                f"target {target.name} compiles only {', '.join(target.kernel_tiers)}, which "
-                f"needs a patch adding {TIERS_SWITCH} to vLLM {recipe.vllm}: {why}",
-                hint="build the default target, or build the sdist with the recipe's patch "
-                "(recipes/patches/vllm-cpu-x86-tiers.patch)",
-            )
-        env[TIERS_SWITCH] = ",".join(target.kernel_tiers)
-    cmake_args = []
+    if not set(target.kernel_tiers) < every_tier:
+        return {}
+    if options.source_dir:  # built as it is: the tree must have the switch already
+        setup = options.source_dir / "setup.py"
+        patched = setup.is_file() and TIERS_SWITCH in setup.read_text(errors="replace")
+        why = f"{setup} does not read it"
+    else:
+        patched = any(TIERS_SWITCH in p.enables for p in patches)
+        why = "the recipe has no such patch"
+    if not patched:
+        raise PlanError(
+            f"target {target.name} compiles only {', '.join(target.kernel_tiers)}, which "
+            f"needs a patch adding {TIERS_SWITCH} to vLLM {recipe.vllm}: {why}",
+            hint="build the default target, or build the sdist with the recipe's patch "
+            "(recipes/patches/vllm-cpu-x86-tiers.patch)",
+        )
+    return {TIERS_SWITCH: ",".join(target.kernel_tiers)}
+
+
+def _cmake_args(target: IsaTarget, prune: OnednnPrune | None, jobs: JobSizing) -> dict[str, str]:
+    """CMAKE_ARGS: oneDNN limited to the target's ISA, the oneDNN units it never links left
+    out, and the units put into the job pools."""
+    args = []
     if target.onednn_isa not in (None, "ALL"):
         gemm = target.onednn_isa if target.onednn_isa in ONEDNN_GEMM_ISAS else "ALL"
-        cmake_args += [
+        args += [
             f"-DONEDNN_ENABLE_PRIMITIVE_CPU_ISA={target.onednn_isa}",
             f"-DONEDNN_ENABLE_GEMM_KERNELS_ISA={gemm}",
         ]
-    if prune is not None:  # setup.py splits CMAKE_ARGS at spaces: the paths must have none
-        for path in (PRUNE_CMAKE, prune.file):
-            if " " in str(path):
-                raise PlanError(
-                    f"{path} has a space, which vLLM's setup.py cannot pass to cmake",
-                    hint="install the toolkit (and its recipes) in a folder without spaces",
-                )
-        cmake_args += [
-            f"-DCMAKE_PROJECT_oneDNN_INCLUDE={PRUNE_CMAKE}",
-            f"-DVCB_ONEDNN_SKIP={prune.file}",
+    if prune is not None:
+        args += [
+            f"-DCMAKE_PROJECT_oneDNN_INCLUDE={_no_space(PRUNE_CMAKE)}",
+            f"-DVCB_ONEDNN_SKIP={_no_space(prune.file)}",
         ]
-    if cmake_args:
-        env["CMAKE_ARGS"] = " ".join(cmake_args)
-    return env
+    if jobs.pools:
+        light, heavy = jobs.pools
+        args += [
+            f"-DCMAKE_PROJECT_INCLUDE={_no_space(POOLS_CMAKE)}",
+            f"-DVCB_LIGHT_JOBS={light.jobs}",
+            f"-DVCB_HEAVY_JOBS={heavy.jobs}",
+            f"-DVCB_LIGHT_TARGETS={','.join(light.targets)}",
+        ]
+    return {"CMAKE_ARGS": " ".join(args)} if args else {}
+
+
+def _no_space(path: Path) -> Path:
+    """vLLM's setup.py splits CMAKE_ARGS at spaces: a path with one cannot pass."""
+    if " " in str(path):
+        raise PlanError(
+            f"{path} has a space, which vLLM's setup.py cannot pass to cmake",
+            hint="install the toolkit (and its recipes) in a folder without spaces",
+        )
+    return path
 
 
 def onednn_prune(recipe: Recipe, target: IsaTarget) -> OnednnPrune | None:
@@ -455,8 +471,9 @@ def _steps(
         ),
         Step(
             name="compile",
-            summary=f"pip wheel --no-build-isolation with MAX_JOBS="
-            f"{jobs.max_jobs}, log at {paths.log}",
+            summary=f"pip wheel --no-build-isolation with MAX_JOBS={jobs.max_jobs}"
+            + (f" ({jobs.schedule()})" if jobs.pools else "")
+            + f", log at {paths.log}",
         ),
         Step(name="repair", summary="auditwheel repair, torch libraries excluded; embed manifest"),
         Step(name="deliver", summary=f"move the wheel and its manifest into {paths.wheel_dir}"),

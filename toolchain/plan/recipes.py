@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -106,6 +107,16 @@ class OnednnPrune:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CompileMemory:
+    """The measured peak of the heaviest unit of some CMake targets ([[compile_memory]])."""
+
+    what: str
+    targets: tuple[str, ...]  # CMake target names; '*' matches any characters
+    peak_bytes: int
+    pool: str  # "light": many at a time, before the others; "heavy": as the flat figure allows
+
+
+@dataclass(frozen=True, kw_only=True)
 class Recipe:
     path: Path
     vllm: Version
@@ -125,6 +136,7 @@ class Recipe:
     drop_requirements: tuple[DroppedRequirement, ...] = ()
     patches: tuple[Patch, ...] = ()
     onednn_prune: tuple[OnednnPrune, ...] = ()
+    compile_memory: tuple[CompileMemory, ...] = ()  # empty: every unit weighs the flat figure
 
     def third_party_for(self, arch: str) -> tuple[ThirdParty, ...]:
         return tuple(dep for dep in self.third_party if dep.arch in (None, arch))
@@ -169,7 +181,7 @@ def _version(value: str, *, where: str) -> Version:
 # Every key a recipe may have, per table: a typo (`tar_sha265`) is an error, not ignored.
 RECIPE_KEYS = {
     "": {"vllm", "source", "python", "torch", "build", "toolchain", "isa_model", "third_party",
-         "drop_requirements", "patches", "onednn_prune"},
+         "drop_requirements", "patches", "onednn_prune", "compile_memory"},
     "source": {"sdist", "sha256", "git_tag"},
     "python": {"requires", "preferred"},
     "torch": {*SUPPORTED_ARCHES, "index"},
@@ -180,6 +192,7 @@ RECIPE_KEYS = {
     "drop_requirements": {"name", "reason"},
     "patches": {"file", "versions", "reason", "arch", "enables"},
     "onednn_prune": {"target", "file", "reason"},
+    "compile_memory": {"what", "targets", "peak_mib", "pool"},
 }  # fmt: skip
 
 
@@ -258,6 +271,10 @@ def parse_recipe(data: dict[str, Any], *, path: Path, models: Mapping[str, IsaMo
             _onednn_prune(entry, isa_models, folder=path.parent, where=f"{where} onednn_prune[{i}]")
             for i, entry in enumerate(_array(data, "onednn_prune", where))
         ),
+        compile_memory=tuple(
+            _compile_memory(entry, memory_mib, where=f"{where} compile_memory[{i}]")
+            for i, entry in enumerate(_array(data, "compile_memory", where))
+        ),
     )
 
 
@@ -321,6 +338,35 @@ def _onednn_prune(
         sha256=hashlib.sha256(text.encode()).hexdigest(),
         units=len(units),
         reason=string(entry, "reason", where=where),
+    )
+
+
+def _compile_memory(entry: dict[str, Any], flat_mib: int, *, where: str) -> CompileMemory:
+    _checked(entry, "compile_memory", where)
+    targets = string_list(entry, "targets", where=where)
+    # CMAKE_ARGS reaches cmake split at spaces and the list is comma-separated there
+    bad = [name for name in targets if not re.fullmatch(r"[A-Za-z0-9_.+*-]+", name)]
+    if not targets or bad:
+        raise DataFileError(
+            f"{where}: key 'targets' must list CMake target names ('*' matches any characters)"
+            + (f", not {bad[0]!r}" if bad else "")
+        )
+    peak = entry.get("peak_mib")
+    if not isinstance(peak, int) or isinstance(peak, bool) or peak <= 0:
+        raise DataFileError(f"{where}: key 'peak_mib' must be a positive integer")
+    if peak > flat_mib:
+        raise DataFileError(
+            f"{where}: peak_mib {peak} is above [build] memory_per_job_mib {flat_mib}, which "
+            "must be the heaviest unit of the release"
+        )
+    pool = string(entry, "pool", where=where)
+    if pool not in ("light", "heavy"):
+        raise DataFileError(f"{where}: key 'pool' must be 'light' or 'heavy', not {pool!r}")
+    return CompileMemory(
+        what=string(entry, "what", where=where),
+        targets=tuple(targets),
+        peak_bytes=peak * MIB,
+        pool=pool,
     )
 
 

@@ -46,6 +46,7 @@ def render_plan(plan: BuildPlan) -> str:
         f"MAX_JOBS {plan.max_jobs}: limited by {jobs.limited_by}; {jobs.cpus} CPUs, "
         f"{gib(jobs.available_bytes)} available, {gib(jobs.memory_per_job_bytes)} per job, "
         f"{gib(jobs.reserve_bytes)} reserve, expected peak {gib(jobs.expected_peak_bytes)}",
+        *([f"scheduling: {jobs.schedule()}"] if jobs.pools else []),
         "environment:",
         *(f"  {key}={value}" for key, value in sorted(plan.env.items())),
         "steps:",

@@ -57,6 +57,7 @@ def test_jobs_count_the_build_servers_cpus_and_preprocessing_memory(
     assert result.dist is not None and (result.dist.servers, result.dist.remote_cpus) == (2, 32)
     assert result.jobs.memory_per_job_bytes == 256 * MIB
     assert result.max_jobs == 16 and result.jobs.limited_by == "memory"
+    assert result.jobs.pools == (), "a job here preprocesses: no heavy units here"
     text = render_plan(result)
     assert f"distributed compiles: {url}, 2 build server(s) with 32 CPUs" in text
     # a big machine: the CPUs here and there
