@@ -1,7 +1,7 @@
 """How many compile jobs the memory can hold: upstream sizes by cores alone and kills small VMs.
 
 With a recipe's measured model ([[compile_memory]]) the units are weighed: light ones (oneDNN,
-~0.4 GiB) run in one Ninja pool as many at a time as CPUs and memory allow, heavy ones (vLLM's
+up to 1.1 GiB) run in one Ninja pool as many at a time as CPUs and memory allow, heavy ones (vLLM's
 kernels, up to 3.8 GiB, and every unmeasured target) in another, after the light ones
 (toolchain/data/job-pools.cmake), so the expected peak is the larger of the two, not their sum.
 """
