@@ -192,6 +192,14 @@ def test_fake_vllm_builds_into_a_tagged_repaired_wheel(
     again = capsys.readouterr().out
     assert "cached at" in again and "reusing" in again and "already applied" in again
 
+    # A changed recipe patch goes onto a fresh unpack, not onto the tree patched before.
+    patch = fake_release["recipes"] / "patches" / "fake.patch"
+    patch.write_text(patch.read_text().replace("+PATCHED = True", "+PATCHED = 2"))
+    assert main(_build_args(fake_release, "--jobs", "1")) == 0
+    assert "patches changed since this tree was patched" in capsys.readouterr().out
+    (init,) = fake_release["work"].glob("builds/*/src/vllm/__init__.py")
+    assert "PATCHED = 2" in init.read_text() and "PATCHED = True" not in init.read_text()
+
 
 def _debug_sections(wheel: Path) -> list[str]:
     """The DWARF and debuglink sections of the wheel's kernel library."""

@@ -145,3 +145,57 @@ def test_setup_builds_the_tiers_asked_for(
     }
     exec(compile(source, str(PATCH), "exec"), namespace)
     assert namespace["extensions"]() == modules
+
+
+def _attn_isa(cpu: types.SimpleNamespace, *, amx: bool) -> Callable[..., str]:
+    """The patched _get_attn_isa() of vLLM's CPU attention backend, on an x86 CPU."""
+    body = _new_side("vllm/v1/attention/backends/cpu_attn.py")
+    start = body.index("def _get_attn_isa(")
+    end = body.index('        return "vec16"', body.index("    elif block_size % 32 == 0:"))
+    cpu.cpu._is_amx_tile_supported = lambda: amx
+    x86 = types.SimpleNamespace(
+        X86="x86", ARM="arm", S390X="s390x", RISCV="riscv", POWERPC="powerpc"
+    )
+    namespace: dict[str, Any] = {
+        "torch": types.SimpleNamespace(dtype=object, bfloat16="bf16", cpu=cpu.cpu),
+        "current_platform": types.SimpleNamespace(get_cpu_architecture=lambda: x86.X86),
+        "CpuArchEnum": x86,
+        "is_quantized_kv_cache": lambda kv_cache_dtype: kv_cache_dtype.startswith("fp8"),
+        "_riscv_supports_rvv": lambda: False,
+    }
+    exec(compile("\n".join(body[start : end + 1]), str(PATCH), "exec"), namespace)
+    return namespace["_get_attn_isa"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("tiers", "amx", "kv_cache_dtype", "isa"),
+    [
+        # every tier, as upstream: AMX where the CPU has it, FP8 KV on AVX-512
+        (("_C", "_C_AVX512", "_C_AVX2"), True, "auto", "amx"),
+        (("_C", "_C_AVX512", "_C_AVX2"), False, "fp8_e4m3", "vec"),
+        (("_C_AVX512",), False, "fp8_e4m3", "vec"),
+        # an avx512 wheel on an AMX host: its tier has no AMX kernels
+        (("_C_AVX512",), True, "auto", "vec"),
+        # an avx2 wheel on an AVX-512 host, FP8 KV not asked for
+        (("_C_AVX2",), True, "auto", "vec"),
+    ],
+)
+def test_attention_uses_only_kernels_the_wheel_has(
+    wheel_with: Callable[..., Path],
+    tiers: tuple[str, ...],
+    amx: bool,
+    kv_cache_dtype: str,
+    isa: str,
+) -> None:
+    wheel_with(*tiers)
+    get_attn_isa = _attn_isa(_cpu(avx512=True, bf16=True), amx=amx)
+    assert get_attn_isa("bf16", 128, 128, kv_cache_dtype) == isa
+
+
+def test_an_avx2_wheel_on_an_avx512_host_refuses_an_fp8_kv_cache(
+    wheel_with: Callable[..., Path],
+) -> None:
+    wheel_with("_C_AVX2")
+    get_attn_isa = _attn_isa(_cpu(avx512=True, bf16=True), amx=True)
+    with pytest.raises(NotImplementedError, match="FP8 KV cache on CPU requires x86 with AVX-512"):
+        get_attn_isa("bf16", 128, 128, "fp8_e4m3")

@@ -72,6 +72,10 @@ def apply_patches(build: BuildRun) -> None:
     if marker.is_file() and marker.read_text() == wanted:
         reporter.detail("already applied")
         return
+    if marker.is_file():
+        reporter.detail("the recipe's patches changed since this tree was patched: unpacking again")
+        (src / UNPACK_MARKER).unlink(missing_ok=True)
+        fetch_source(build)
     try:
         for patch in build.plan.patches:
             run.run_logged(
