@@ -51,9 +51,11 @@ class Logger:
         self.warnings.append(message % args)
 
 
-def _cpu(*, avx512: bool, bf16: bool) -> types.SimpleNamespace:
+def _cpu(*, avx512: bool, bf16: bool, amx: bool = False) -> types.SimpleNamespace:
     cpu = types.SimpleNamespace(
-        _is_avx512_supported=lambda: avx512, _is_avx512_bf16_supported=lambda: bf16
+        _is_avx512_supported=lambda: avx512,
+        _is_avx512_bf16_supported=lambda: bf16,
+        _is_amx_tile_supported=lambda: amx,
     )
     return types.SimpleNamespace(cpu=cpu)
 
@@ -147,12 +149,11 @@ def test_setup_builds_the_tiers_asked_for(
     assert namespace["extensions"]() == modules
 
 
-def _attn_isa(cpu: types.SimpleNamespace, *, amx: bool) -> Callable[..., str]:
+def _attn_isa(cpu: types.SimpleNamespace) -> Callable[..., str]:
     """The patched _get_attn_isa() of vLLM's CPU attention backend, on an x86 CPU."""
     body = _new_side("vllm/v1/attention/backends/cpu_attn.py")
     start = body.index("def _get_attn_isa(")
     end = body.index('        return "vec16"', body.index("    elif block_size % 32 == 0:"))
-    cpu.cpu._is_amx_tile_supported = lambda: amx
     x86 = types.SimpleNamespace(
         X86="x86", ARM="arm", S390X="s390x", RISCV="riscv", POWERPC="powerpc"
     )
@@ -188,7 +189,7 @@ def test_attention_uses_only_kernels_the_wheel_has(
     isa: str,
 ) -> None:
     wheel_with(*tiers)
-    get_attn_isa = _attn_isa(_cpu(avx512=True, bf16=True), amx=amx)
+    get_attn_isa = _attn_isa(_cpu(avx512=True, bf16=True, amx=amx))
     assert get_attn_isa("bf16", 128, 128, kv_cache_dtype) == isa
 
 
@@ -196,6 +197,6 @@ def test_an_avx2_wheel_on_an_avx512_host_refuses_an_fp8_kv_cache(
     wheel_with: Callable[..., Path],
 ) -> None:
     wheel_with("_C_AVX2")
-    get_attn_isa = _attn_isa(_cpu(avx512=True, bf16=True), amx=True)
+    get_attn_isa = _attn_isa(_cpu(avx512=True, bf16=True, amx=True))
     with pytest.raises(NotImplementedError, match="FP8 KV cache on CPU requires x86 with AVX-512"):
         get_attn_isa("bf16", 128, 128, "fp8_e4m3")
