@@ -222,7 +222,8 @@ def dist_cluster(tmp_path: Path) -> Iterator[str]:
     ).stdout.strip()
     scheduler_port, server_port = _free_port(), _free_port()
     server_token = subprocess.run(
-        [binary, "auth", "generate-jwt-hs256-server-token", "--secret-key", key,
+        # `=`: a key can start with "-" (base64url), which would read as an option
+        [binary, "auth", "generate-jwt-hs256-server-token", f"--secret-key={key}",
          "--server", f"127.0.0.1:{server_port}"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
