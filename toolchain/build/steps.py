@@ -61,7 +61,13 @@ def fetch_source(build: BuildRun) -> None:
         mirror=source.mirror,
     )
     reporter.detail(f"{sdist.name}: sha256 {source.sha256} matches the recipe")
-    unpack_tar(sdist, plan.paths.src, stamp=source.sha256)
+    # The patch set is part of the stamp: changed patches go onto a fresh tree, not the patched one.
+    stamp = "\n".join([source.sha256, *(p.sha256 for p in plan.patches)])
+    unpacked = plan.paths.src / UNPACK_MARKER
+    before = unpacked.read_text().strip() if unpacked.is_file() else ""
+    if before.partition("\n")[0] == source.sha256 and before != stamp:
+        reporter.detail("the recipe's patches changed since this tree was patched: unpacking again")
+    unpack_tar(sdist, plan.paths.src, stamp=stamp)
 
 
 def apply_patches(build: BuildRun) -> None:
@@ -72,10 +78,6 @@ def apply_patches(build: BuildRun) -> None:
     if marker.is_file() and marker.read_text() == wanted:
         reporter.detail("already applied")
         return
-    if marker.is_file():
-        reporter.detail("the recipe's patches changed since this tree was patched: unpacking again")
-        (src / UNPACK_MARKER).unlink(missing_ok=True)
-        fetch_source(build)
     try:
         for patch in build.plan.patches:
             run.run_logged(
