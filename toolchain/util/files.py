@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import fcntl
+import glob
 import gzip
 import hashlib
 import os
+import re
 import shutil
 import tarfile
 import zlib
@@ -35,6 +37,29 @@ def atomic_path(final: Path) -> Iterator[Path]:
         temporary.unlink(missing_ok=True)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_parts(final: Path) -> list[Path]:
+    """Remove what runs killed while writing `final` left beside it (`.NAME.PID.part*` of a pid
+    no longer running); a running writer's file is left alone. The removed paths."""
+    pattern = re.compile(rf"\.{re.escape(final.name)}\.(\d+)\.part(\.tar)?")
+    removed = []
+    for path in final.parent.glob(f".{glob.escape(final.name)}.*.part*"):
+        match = pattern.fullmatch(path.name)
+        if match and int(match[1]) != os.getpid() and not _alive(int(match[1])):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -43,10 +68,11 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def tar_sha256(path: Path) -> str:
-    """sha256 of the uncompressed tar stream, whichever gzip wrote the archive."""
+def tar_sha256(path: Path, *, named: Path | None = None) -> str:
+    """sha256 of the uncompressed tar stream, whichever gzip wrote the archive; `named`: the name
+    that says whether it is gzipped, when `path` is a temporary one."""
     digest = hashlib.sha256()
-    opener: Any = gzip.open if path.name.endswith(".gz") else open
+    opener: Any = gzip.open if (named or path).name.endswith(".gz") else open
     try:
         with opener(path, "rb") as handle:
             while chunk := handle.read(CHUNK):
