@@ -25,6 +25,7 @@ from toolchain.build.shared_cache import count, sccache, start_cache, stop, with
 from toolchain.build.sources import fetch_sdist
 from toolchain.detect.tools import numa_header, program_sha256, tool_version
 from toolchain.errors import BuildError, SourceError, ToolchainError
+from toolchain.plan.recipes import OnednnPrune, Patch
 from toolchain.runtime_deps import PipSources
 from toolchain.util import run
 from toolchain.util.files import MARKER as UNPACK_MARKER
@@ -81,7 +82,7 @@ def apply_patches(build: BuildRun) -> None:
     try:
         for patch in build.plan.patches:
             run.run_logged(
-                ["patch", "-p1", "--forward", "--batch", "-i", patch.file],
+                ["patch", "-p1", "--forward", "--batch", "-i", recipe_file(build, patch)],
                 log=build.log,
                 cwd=src,
                 what=f"applying {patch.file.name}",
@@ -90,6 +91,15 @@ def apply_patches(build: BuildRun) -> None:
         (src / UNPACK_MARKER).unlink(missing_ok=True)
         raise
     marker.write_text(wanted)
+
+
+def recipe_file(build: BuildRun, loaded: Patch | OnednnPrune) -> Path:
+    """The recipe's file as it was read (and hashed) when the recipe was loaded, written into the
+    build folder: a file changed since cannot be used under the old one's hash."""
+    copy = build.plan.paths.recipe_files / loaded.file.name
+    with atomic_path(copy) as temporary:
+        temporary.write_bytes(loaded.content)
+    return copy
 
 
 def third_party_sources(build: BuildRun) -> None:
@@ -297,6 +307,8 @@ def compile_step(build: BuildRun) -> None:
     margin = max(512 * MIB, jobs.reserve_bytes // 2)
     guard = MemoryGuard(margin_bytes=margin, resume_bytes=margin + jobs.memory_per_job_bytes)
     env = compile_env(build)
+    if plan.onednn_prune is not None:
+        recipe_file(build, plan.onednn_prune)  # the list CMAKE_ARGS names
     try:
         build.facts.compile = compile_logged(
             [plan.paths.venv_python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
