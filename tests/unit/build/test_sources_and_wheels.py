@@ -77,6 +77,48 @@ def test_unpack_refuses_members_that_leave_the_folder(
     assert not (tmp_path / "abs").exists()
 
 
+def _tar_of(members: list[tuple[str, str, bytes]]) -> bytes:
+    """A tar of (name, symlink target or "", data) in this order."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, link, data in members:
+            info = tarfile.TarInfo(name)
+            if link:
+                info.type, info.linkname = tarfile.SYMTYPE, link
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("python", ["with the data filter", "before 3.11.4"])
+@pytest.mark.parametrize(
+    "members",
+    [
+        # each link stays inside when read alone; together, c is the folder's parent
+        [("d/b", ".", b""), ("d/a", "b/..", b""), ("d/c", "a/..", b""), ("d/c/escaped", "", b"e")],
+        # links checked before the links they go through exist
+        [("d/a", "c/..", b""), ("d/c", "e/..", b""), ("d/e", ".", b""), ("d/a/escaped", "", b"e")],
+        # a chain that only leads out, left in the tree for the build to follow
+        [("d/x", ".", b""), ("d/y", "x/..", b""), ("d/z", "y/..", b""), ("d/ok", "", b"ok")],
+    ],
+)
+def test_unpack_cannot_be_escaped_through_a_chain_of_symlinks(
+    tmp_path: Path, python: str, members: list[tuple[str, str, bytes]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Issue #31 F11: the fallback unpacker checked each link alone, before any was made."""
+    if python == "before 3.11.4":
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    archive = tmp_path / "chain.tar"
+    archive.write_bytes(_tar_of(members))
+    with pytest.raises(SourceError, match="cannot be read as an archive"):
+        unpack_tar(archive, tmp_path / "out" / "dep", stamp="s")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "out" / "escaped").exists()
+
+
 def test_atomic_path_leaves_nothing_on_failure(tmp_path: Path) -> None:
     final = tmp_path / "out.whl"
     with pytest.raises(RuntimeError), atomic_path(final) as temporary:
