@@ -16,11 +16,12 @@ from toolchain.build import steps as steps_module
 from toolchain.build.runner import BuildRun, check_registry
 from toolchain.build.steps import STEPS, build_wheel, create_venv
 from toolchain.detect.host import Host, detect_host
-from toolchain.errors import BuildError, BusyError, SourceError
+from toolchain.errors import BuildError, BusyError, SourceError, UsageError
 from toolchain.plan.buildplan import BuildPlan, Step
 from toolchain.plan.planner import plan_build
 from toolchain.plan.recipes import default_recipes_dir, load_recipe
 from toolchain.settings import BuildOptions
+from toolchain.util.compile_cache import parse_cache
 
 
 @pytest.fixture
@@ -30,7 +31,8 @@ def build_of(fake_programs, cpuinfo_file, tmp_path: Path) -> Callable[..., Build
     host: Host = detect_host(cpuinfo_file=cpuinfo_file("x86-zen4"))
 
     def make(**options: object) -> BuildRun:
-        chosen = BuildOptions(work_dir=tmp_path / "work", wheel_dir=tmp_path / "wheels", **options)  # type: ignore[arg-type]
+        folders = {"work_dir": tmp_path / "work", "wheel_dir": tmp_path / "wheels"}
+        chosen = BuildOptions(**{**folders, **options})  # type: ignore[arg-type]
         plan = plan_build(host, load_recipe(default_recipes_dir(), "0.32.0"), chosen)
         return BuildRun(plan=plan, host=host, options=chosen)
 
@@ -147,3 +149,23 @@ def test_the_build_uses_the_recipe_files_as_they_were_read_and_hashed(
     steps_module.recipe_file(build, plan.onednn_prune)  # what the compile step does first
     skip = plan.env["CMAKE_ARGS"].split("-DVCB_ONEDNN_SKIP=")[1].split()[0]
     assert hashlib.sha256(Path(skip).read_bytes()).hexdigest() == plan.onednn_prune.sha256
+
+
+@pytest.mark.parametrize("flag", ["--wheel-dir", "--work-dir", "--cache"])
+def test_a_folder_the_build_cannot_write_is_refused_before_the_first_step(
+    build_of: Callable[..., BuildRun], tmp_path: Path, flag: str
+) -> None:
+    """Issue #31 F8: an unwritable --wheel-dir was found by the deliver step, as a traceback after
+    the whole compile. (A file where a folder must be: root can write anywhere else.)"""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    where = blocker / "folder"
+    option = {"--wheel-dir": {"wheel_dir": where}, "--work-dir": {"work_dir": where},
+              "--cache": {"cache": parse_cache(str(where))}}[flag]  # fmt: skip
+    build = build_of(**option)
+    with pytest.raises(UsageError) as caught:
+        build_wheel(build)
+    assert caught.value.exit_code == 2
+    assert f"{flag} {where} is not a folder this build can write into" in caught.value.message
+    assert "nox -s build-wheel" in caught.value.hint
+    assert not (tmp_path / "work" / "builds").exists(), "no step ran"
