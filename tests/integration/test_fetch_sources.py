@@ -240,6 +240,23 @@ def test_an_unknown_git_name_is_refused_naming_the_recipes_names(
     assert not release["mirror"].exists()
 
 
+@pytest.mark.parametrize(
+    ("git", "message"),
+    [
+        (["=/src"], "--git takes NAME=PATH"),
+        (["fakednn=/a", "fakednn=/b"], "--git fakednn is given twice (/a, /b)"),
+    ],
+)
+def test_git_names_are_checked_before_anything_is_fetched(
+    release: dict[str, Path], capsys: pytest.CaptureFixture[str], git: list[str], message: str
+) -> None:
+    """Issue #31 F23: an empty name, or one given twice (the last silently won)."""
+    options = [arg for item in git for arg in ("--git", item)]
+    assert _fetch(release, "--arch", "x86_64", *options) == 2
+    assert message in capsys.readouterr().err
+    assert not release["mirror"].exists()
+
+
 class _Archive(BaseHTTPRequestHandler):
     """GitHub's archive URL on a loopback port: the whole body, a wrong body, or half a body and
     then a connection held open until the test ends."""

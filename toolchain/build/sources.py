@@ -178,7 +178,7 @@ def _git_archive(repo: Path, ref: str, prefix: str, target: Path, log: Path) -> 
     )
     if found.returncode != 0:
         raise SourceError(
-            f"the clone {repo} has no {ref}" + ("" if repo.is_dir() else " (no such folder)"),
+            f"the clone {repo} has no {ref}" + ("" if repo.is_dir() else " (not a folder)"),
             hint=f"git -C {repo} fetch --tags, or pass --git with a clone that has {ref}",
         )
     plain_tar = target.with_name(f"{target.name}.tar")

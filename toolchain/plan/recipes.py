@@ -316,7 +316,7 @@ def _file_inside(folder: Path, data: dict[str, Any], key: str, *, where: str) ->
     file = folder / value
     try:
         inside = folder.resolve() in file.resolve().parents
-    except (OSError, ValueError):  # a NUL byte, a symlink loop
+    except (OSError, RuntimeError, ValueError):  # a loop of links, a NUL byte
         inside = False
     if Path(value).is_absolute() or not inside:
         raise DataFileError(
@@ -330,13 +330,14 @@ def _file_inside(folder: Path, data: dict[str, Any], key: str, *, where: str) ->
 def _read_bytes(file: Path, *, key: str, where: str) -> bytes:
     """The file's bytes, read once: what is hashed is what the build uses (a DataFileError for a
     file that is missing or cannot be read)."""
+    hint = "restore the file, or fix the recipe; `python -m toolchain plan --recipes DIR` checks it"
     try:
         return file.read_bytes()
     except FileNotFoundError as exc:
-        raise DataFileError(f"{where}: key '{key}': {file} does not exist") from exc
+        raise DataFileError(f"{where}: key '{key}': {file} does not exist", hint=hint) from exc
     except OSError as exc:
         raise DataFileError(
-            f"{where}: key '{key}': {file} cannot be read ({exc.strerror or exc})"
+            f"{where}: key '{key}': {file} cannot be read ({exc.strerror or exc})", hint=hint
         ) from exc
 
 
