@@ -92,6 +92,7 @@ def fetch_sdist(
 ) -> Path:
     """The sdist from the cache, the mirror or the index, always checked against `sha256`."""
     with file_errors_as_source_errors(cache.parent):
+        remove_stale_parts(cache)  # what a killed run left while writing it
         if cache.is_file() and sha256_file(cache) == sha256:
             reporter.detail(f"{sdist}: cached at {cache}")
             return cache
@@ -295,7 +296,7 @@ def fill_mirror(
     deps = {dep.archive: dep for arch in arches for dep in recipe.third_party_for(arch)}
     with file_errors_as_source_errors(folder):
         log = folder / "fetch-sources.log"
-        for name in (recipe.sdist, *deps):
+        for name in deps:
             remove_stale_parts(folder / name)
         fetch_sdist(
             sdist=recipe.sdist,

@@ -19,7 +19,7 @@ from toolchain.build import compilation as compile_module
 from toolchain.build.compilation import MemoryGuard, Process, descendants
 from toolchain.build.sources import fetch_sdist
 from toolchain.errors import SourceError
-from toolchain.util.files import atomic_path, tar_sha256, unpack_tar
+from toolchain.util.files import atomic_path, remove_stale_parts, tar_sha256, unpack_tar
 from toolchain.util.units import GIB
 from toolchain.wheelfile import drop_requirements, read_manifest, requires_dist, rewrite_wheel
 
@@ -288,3 +288,17 @@ def test_a_killed_build_leaves_no_compiler_running(tmp_path: Path) -> None:
         toolkit.kill()
         for pid in sleepers():
             os.kill(int(pid), 9)
+
+
+def test_what_killed_writers_left_is_removed_and_a_running_writers_file_kept(
+    tmp_path: Path,
+) -> None:
+    """Issue #31 F1: `.NAME.PID.part` of a pid no longer running is debris of a killed run."""
+    dead = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process can have it
+    final = tmp_path / "oneDNN-3.13.tar.gz"
+    names = [f".{final.name}.{dead}.part", f".{final.name}.{dead}.part.tar",
+             f".{final.name}.1.part", f".{final.name}.{dead}.partial", "other.part"]  # fmt: skip
+    for name in names:
+        (tmp_path / name).write_text("")
+    assert sorted(remove_stale_parts(final)) == [tmp_path / names[0], tmp_path / names[1]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[2:])
