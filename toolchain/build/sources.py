@@ -9,7 +9,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import os
 import shutil
 import sys
 import urllib.error
@@ -20,14 +19,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from toolchain.build.pip_sdist import PIP_CHANGED
-from toolchain.errors import SourceError
+from toolchain.errors import ProcessFailedError, SourceError, UsageError
 from toolchain.plan.recipes import Recipe, ThirdParty
 from toolchain.settings import PYPI_SIMPLE
 from toolchain.util import run
-from toolchain.util.files import CHUNK, atomic_path, sha256_file, tar_sha256
+from toolchain.util.files import CHUNK, atomic_path, remove_stale_parts, sha256_file, tar_sha256
 from toolchain.util.report import reporter
 from toolchain.util.simple_api import project_files
-from toolchain.util.source_lock import check_archive
+from toolchain.util.source_lock import LOCK_NAME, check_archive, read_lock
 from toolchain.util.urls import redact
 
 
@@ -93,6 +92,7 @@ def fetch_sdist(
 ) -> Path:
     """The sdist from the cache, the mirror or the index, always checked against `sha256`."""
     with file_errors_as_source_errors(cache.parent):
+        remove_stale_parts(cache)  # what a killed run left while writing it
         if cache.is_file() and sha256_file(cache) == sha256:
             reporter.detail(f"{sdist}: cached at {cache}")
             return cache
@@ -169,51 +169,115 @@ def github_archive_url(repository: str, ref: str) -> str:
     return f"{repository.removesuffix('.git')}/archive/{ref}.tar.gz"
 
 
-def _git_archive(repo: Path, ref: str, prefix: str, final: Path, log: Path) -> None:
-    plain_tar = final.with_name(f".{final.name}.{os.getpid()}.tar")
+def _git_archive(repo: Path, ref: str, prefix: str, target: Path, log: Path) -> None:
+    """`ref` of the clone `repo` as a .tar.gz written to `target`; SourceError when the clone
+    does not have it (a missing tag is one source that cannot be had, not a failed program)."""
+    found = run.capture(
+        ["git", "-C", repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        timeout=120,
+        check=False,
+    )
+    if found.returncode != 0:
+        raise SourceError(
+            f"the clone {repo} has no {ref}" + ("" if repo.is_dir() else " (not a folder)"),
+            hint=f"git -C {repo} fetch --tags, or pass --git with a clone that has {ref}",
+        )
+    plain_tar = target.with_name(f"{target.name}.tar")
     try:
         run.run_logged(
-            [
-                "git",
-                "-C",
-                repo,
-                "archive",
-                "--format=tar",
-                f"--prefix={prefix}/",
-                f"--output={plain_tar}",
-                ref,
-            ],
+            ["git", "-C", repo, "archive", "--format=tar", f"--prefix={prefix}/",
+             f"--output={plain_tar}", ref],
             log=log,
             what=f"git archive {ref}",
-        )
-        with (
-            atomic_path(final) as packed,
-            plain_tar.open("rb") as source,
-            gzip.open(packed, "wb", compresslevel=6) as target,
-        ):
-            shutil.copyfileobj(source, target, CHUNK)
+        )  # fmt: skip
+        with plain_tar.open("rb") as source, gzip.open(target, "wb", compresslevel=6) as packed:
+            shutil.copyfileobj(source, packed, CHUNK)
+    except ProcessFailedError as exc:
+        raise SourceError(exc.message, hint=exc.hint) from exc
     finally:
         plain_tar.unlink(missing_ok=True)
 
 
 def _fetch_dependency(
-    dep: ThirdParty, final: Path, git_repos: Mapping[str, Path], log: Path
+    dep: ThirdParty, target: Path, git_repos: Mapping[str, Path], log: Path
 ) -> None:
+    """Write `dep`'s archive to `target` (a temporary name): from its --git clone, or GitHub."""
     if dep.name in git_repos:
         prefix = f"{dep.name}-{dep.ref.removeprefix('v')}"
-        _git_archive(git_repos[dep.name], dep.ref, prefix, final, log)
+        _git_archive(git_repos[dep.name], dep.ref, prefix, target, log)
         return
     url = github_archive_url(dep.repository, dep.ref)
     reporter.detail(f"downloading {url}")
+    try:
+        with urllib.request.urlopen(url, timeout=120) as response, target.open("wb") as out:
+            shutil.copyfileobj(response, out, CHUNK)
+    except (OSError, ValueError) as exc:  # ValueError: a repository that is not a URL
+        raise SourceError(
+            f"download of {redact(url)} failed: {exc}",
+            hint=f"on a machine without GitHub, pass --git {dep.name}=<a clone of "
+            f"{dep.repository}>",
+        ) from exc
+
+
+def check_git_repos(recipe: Recipe, git_repos: Mapping[str, Path]) -> None:
+    """Every --git NAME is one of the recipe's third-party sources: a misspelled one would
+    otherwise be ignored and the source downloaded from GitHub after all."""
+    names = sorted({dep.name for dep in recipe.third_party})
+    unknown = [name for name in git_repos if name not in names]
+    if unknown:
+        raise UsageError(
+            f"--git {unknown[0]}: {recipe.path.name} has no third-party source of that name "
+            "(names are case-sensitive)",
+            hint=f"its third-party sources are: {', '.join(names) or 'none'}; "
+            "pass --git NAME=PATH with one of those names",
+        )
+
+
+def _in_mirror(dep: ThirdParty, final: Path) -> tuple[str, str] | None:
+    """(tar sha256, how it was checked) of the archive already in the mirror; None when it is
+    missing, unreadable or does not match (then it is fetched anew, and stays as it is until a
+    good one replaces it)."""
+    if not final.is_file():
+        return None
+    try:
+        found = tar_sha256(final)
+    except SourceError as exc:
+        reporter.warning(f"{exc.message}: fetching it anew")
+        return None
+    recorded = dep.tar_sha256 or read_lock(final.parent).get(final.name, {}).get("tar_sha256")
+    if recorded is None:
+        return None
+    if found != recorded:
+        reporter.warning(f"{final} holds a tar with sha256 {found}, not {recorded}: fetching anew")
+        return None
+    how = "the recipe" if dep.tar_sha256 else f"the hash recorded on first use in {LOCK_NAME}"
+    return found, f"already in the mirror, matches {how}"
+
+
+def _mirror_dependency(
+    dep: ThirdParty, folder: Path, git_repos: Mapping[str, Path], *, log: Path, recipe: str
+) -> tuple[str, str]:
+    """Put `dep`'s archive in `folder` unless a checked one is there; (tar sha256, how checked).
+
+    The archive is written and checked under a temporary name beside the final one, and renamed
+    only once it matches: a failed refresh never touches the file already in the mirror."""
+    final = folder / dep.archive
+    kept = _in_mirror(dep, final)
+    if kept is not None:
+        return kept
     with atomic_path(final) as temporary:
-        try:
-            urllib.request.urlretrieve(url, temporary)
-        except OSError as exc:
-            raise SourceError(
-                f"download of {url} failed: {exc}",
-                hint=f"on a machine without GitHub, pass --git {dep.name}=<a clone of "
-                f"{dep.repository}>",
-            ) from exc
+        _fetch_dependency(dep, temporary, git_repos, log)
+        found = tar_sha256(temporary, named=final)
+        checked = check_archive(
+            name=dep.name,
+            ref=dep.ref,
+            archive=final,
+            recipe_sha256=dep.tar_sha256,
+            found=found,
+            recipe=recipe,
+            shown=f"the archive made for {final.name}",
+        )
+    return found, checked
 
 
 def fill_mirror(
@@ -226,9 +290,14 @@ def fill_mirror(
 ) -> None:
     """Put the sdist and the third-party archives `arches` need in `folder`, each checked against
     the recipe (or, where it records no hash, recorded on first use). A source that cannot be had
-    does not stop the others: all that can be fetched is fetched, then the failures are reported."""
+    does not stop the others: all that can be fetched is fetched, then the failures are reported.
+    A file already in `folder` that checks out is kept as it is and not fetched again."""
+    check_git_repos(recipe, git_repos)
+    deps = {dep.archive: dep for arch in arches for dep in recipe.third_party_for(arch)}
     with file_errors_as_source_errors(folder):
         log = folder / "fetch-sources.log"
+        for name in deps:
+            remove_stale_parts(folder / name)
         fetch_sdist(
             sdist=recipe.sdist,
             sha256=recipe.sha256,
@@ -237,27 +306,17 @@ def fill_mirror(
             mirror=None,
         )
         reporter.line(f"{recipe.sdist}: sha256 {recipe.sha256}")
-        deps = {dep.archive: dep for arch in arches for dep in recipe.third_party_for(arch)}
         failed: list[str] = []
         for dep in deps.values():
-            final = folder / dep.archive
             try:
-                _fetch_dependency(dep, final, git_repos, log)
-                found = tar_sha256(final)
-                checked = check_archive(
-                    name=dep.name,
-                    ref=dep.ref,
-                    archive=final,
-                    recipe_sha256=dep.tar_sha256,
-                    found=found,
-                    recipe=recipe.path.name,
+                found, checked = _mirror_dependency(
+                    dep, folder, git_repos, log=log, recipe=recipe.path.name
                 )
             except SourceError as exc:
-                final.unlink(missing_ok=True)
                 failed.append(
                     f"{dep.archive} ({dep.name} {dep.ref}, {dep.arch or 'all'}): {exc.message}"
                 )
-                reporter.warning(f"{dep.archive}: {exc.message}; nothing was kept")
+                reporter.warning(f"{dep.archive}: {exc.message}; the mirror was not changed")
                 continue
             reporter.line(f"{dep.archive}: tar sha256 {found}: {checked}")
             if dep.tar_sha256 is None:
@@ -266,7 +325,8 @@ def fill_mirror(
     if failed:
         raise SourceError(
             f"{len(failed)} of {len(deps)} third-party sources for {', '.join(arches)} could not "
-            f"be put in {folder} (the others are there, checked):\n  " + "\n  ".join(failed),
+            f"be put in {folder} (the others are there, checked; files already there were "
+            "left as they were):\n  " + "\n  ".join(failed),
             hint="--arch limits the mirror to the architectures you build for; "
             "--git NAME=REPO makes an archive from a local clone",
         )

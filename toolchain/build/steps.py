@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -24,7 +25,8 @@ from toolchain.build.runner import BuildRun, StepFunction, run_steps
 from toolchain.build.shared_cache import count, sccache, start_cache, stop, without_cache
 from toolchain.build.sources import fetch_sdist
 from toolchain.detect.tools import numa_header, program_sha256, tool_version
-from toolchain.errors import BuildError, SourceError, ToolchainError
+from toolchain.errors import BuildError, SourceError, ToolchainError, UsageError
+from toolchain.plan.recipes import OnednnPrune, Patch
 from toolchain.runtime_deps import PipSources
 from toolchain.util import run
 from toolchain.util.files import MARKER as UNPACK_MARKER
@@ -81,7 +83,7 @@ def apply_patches(build: BuildRun) -> None:
     try:
         for patch in build.plan.patches:
             run.run_logged(
-                ["patch", "-p1", "--forward", "--batch", "-i", patch.file],
+                ["patch", "-p1", "--forward", "--batch", "-i", recipe_file(build, patch)],
                 log=build.log,
                 cwd=src,
                 what=f"applying {patch.file.name}",
@@ -90,6 +92,15 @@ def apply_patches(build: BuildRun) -> None:
         (src / UNPACK_MARKER).unlink(missing_ok=True)
         raise
     marker.write_text(wanted)
+
+
+def recipe_file(build: BuildRun, loaded: Patch | OnednnPrune) -> Path:
+    """The recipe's file as it was read (and hashed) when the recipe was loaded, written into the
+    build folder: a file changed since cannot be used under the old one's hash."""
+    copy = build.plan.paths.recipe_files / loaded.file.name
+    with atomic_path(copy) as temporary:
+        temporary.write_bytes(loaded.content)
+    return copy
 
 
 def third_party_sources(build: BuildRun) -> None:
@@ -297,6 +308,8 @@ def compile_step(build: BuildRun) -> None:
     margin = max(512 * MIB, jobs.reserve_bytes // 2)
     guard = MemoryGuard(margin_bytes=margin, resume_bytes=margin + jobs.memory_per_job_bytes)
     env = compile_env(build)
+    if plan.onednn_prune is not None:
+        recipe_file(build, plan.onednn_prune)  # the list CMAKE_ARGS names
     try:
         build.facts.compile = compile_logged(
             [plan.paths.venv_python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
@@ -497,8 +510,35 @@ def preflight(build: BuildRun) -> None:
         )
 
 
+def _writable_folders(build: BuildRun) -> dict[str, Path]:
+    """The folders a build writes into, by the setting that names them."""
+    options, paths = build.options, build.plan.paths
+    folders = {"--wheel-dir": paths.wheel_dir, "--work-dir": paths.work_dir}
+    if options.cache is not None and options.cache.backend == "local":
+        folders["--cache"] = Path(options.cache.where)
+    return folders
+
+
+def check_writable(build: BuildRun) -> None:
+    """Each folder the build writes into can be made and written, before the first step: an
+    unwritable --wheel-dir must not surface as a traceback after an hour of compiling."""
+    for flag, folder in _writable_folders(build).items():
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".vcb-writable-"):
+                pass
+        except OSError as exc:
+            raise UsageError(
+                f"{flag} {folder} is not a folder this build can write into "
+                f"({exc.strerror or exc}); nothing was built",
+                hint=f"choose another {flag}, or make {folder} writable, then run "
+                "`nox -s build-wheel` again",
+            ) from exc
+
+
 def build_wheel(build: BuildRun) -> Path:
     """Run every step of the plan, one build per build folder at a time; the delivered wheel."""
     preflight(build)
+    check_writable(build)
     with file_lock(build.plan.paths.build_dir / ".vcb-build.lock", what="build-wheel", wait=False):
         return run_steps(build, STEPS)

@@ -55,7 +55,7 @@ def cmd_build_wheel(args: argparse.Namespace) -> int:
 
 def cmd_fetch_sources(args: argparse.Namespace) -> int:
     values, options = options_from_args(args)
-    repos = dict(_name_path(item) for item in args.git or [])
+    repos = _git_repos(args.git or [])
     fill_mirror(
         recipe_from_values(values),
         args.to,
@@ -97,9 +97,25 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 def _name_path(item: str) -> tuple[str, Path]:
     name, sep, path = item.partition("=")
-    if not sep or not path:
-        raise UsageError(f"--git takes NAME=PATH (e.g. oneDNN=/src/oneDNN.git), not '{item}'")
+    if not sep or not path or not name:
+        raise UsageError(
+            f"--git takes NAME=PATH (e.g. oneDNN=/src/oneDNN.git), not '{item}'",
+            hint="see: python -m toolchain fetch-sources --help",
+        )
     return name, Path(path)
+
+
+def _git_repos(items: list[str]) -> dict[str, Path]:
+    """--git NAME=PATH, each NAME once (a second one would silently win)."""
+    repos: dict[str, Path] = {}
+    for name, path in map(_name_path, items):
+        if name in repos:
+            raise UsageError(
+                f"--git {name} is given twice ({repos[name]}, {path})",
+                hint="keep one --git per source",
+            )
+        repos[name] = path
+    return repos
 
 
 def cmd_provision_toolchain(args: argparse.Namespace) -> int:

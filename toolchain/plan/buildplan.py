@@ -111,6 +111,12 @@ class Paths:
     def venv_python(self) -> Path:
         return self.venv / "bin" / "python"
 
+    @property
+    def recipe_files(self) -> Path:
+        """Where the build writes the recipe's files (a prune list) as they were read and hashed
+        when the recipe was loaded: what the build uses is what the plan and manifest name."""
+        return self.build_dir / "recipe-files"
+
 
 @dataclass(frozen=True, kw_only=True)
 class DistPlan:

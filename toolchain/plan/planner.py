@@ -128,7 +128,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         "CMAKE_BUILD_TYPE": options.build_type,
         **target.env,
         **_kernel_env(recipe, recipe.isa_models[arch], target, patches, options),
-        **_cmake_args(target, prune, jobs),
+        **_cmake_args(target, prune, jobs, paths.recipe_files),
         "CC": compiler.cc,
         "CXX": compiler.cxx,
         "VLLM_VERSION_OVERRIDE": wheel_version,
@@ -236,9 +236,12 @@ def _kernel_env(
     return {TIERS_SWITCH: ",".join(target.kernel_tiers)}
 
 
-def _cmake_args(target: IsaTarget, prune: OnednnPrune | None, jobs: JobSizing) -> dict[str, str]:
+def _cmake_args(
+    target: IsaTarget, prune: OnednnPrune | None, jobs: JobSizing, recipe_files: Path
+) -> dict[str, str]:
     """CMAKE_ARGS: oneDNN limited to the target's ISA, the oneDNN units it never links left
-    out, and the units put into the job pools."""
+    out (the list as the recipe was loaded, written into the build folder by the compile step),
+    and the units put into the job pools."""
     args = []
     if target.onednn_isa not in (None, "ALL"):
         gemm = target.onednn_isa if target.onednn_isa in ONEDNN_GEMM_ISAS else "ALL"
@@ -249,7 +252,7 @@ def _cmake_args(target: IsaTarget, prune: OnednnPrune | None, jobs: JobSizing) -
     if prune is not None:
         args += [
             f"-DCMAKE_PROJECT_oneDNN_INCLUDE={_no_space(PRUNE_CMAKE)}",
-            f"-DVCB_ONEDNN_SKIP={_no_space(prune.file)}",
+            f"-DVCB_ONEDNN_SKIP={_no_space(recipe_files / prune.file.name)}",
         ]
     if jobs.pools:
         light, heavy = jobs.pools

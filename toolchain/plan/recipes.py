@@ -6,7 +6,7 @@ import functools
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -86,6 +86,7 @@ class Patch:
     reason: str
     arch: str | None = None  # None: every architecture
     enables: tuple[str, ...] = ()  # build switches the patch adds to vLLM
+    content: bytes = field(default=b"", repr=False, compare=False)  # as read once, and hashed
 
     def applies_to(self, arch: str) -> bool:
         return self.arch is None or self.arch == arch
@@ -100,6 +101,7 @@ class OnednnPrune:
     sha256: str
     units: int
     reason: str
+    content: bytes = field(default=b"", repr=False, compare=False)  # as read once, and hashed
 
     def record(self) -> dict[str, str | int]:
         """What the plan's JSON and the manifest say of it."""
@@ -234,7 +236,7 @@ def parse_recipe(data: dict[str, Any], *, path: Path, models: Mapping[str, IsaMo
     return Recipe(
         path=path,
         vllm=vllm,
-        sdist=string(source, "sdist", where=f"{where} [source]"),
+        sdist=_file_name(source, "sdist", where=f"{where} [source]"),
         sha256=sha256_hex(source, "sha256", where=f"{where} [source]"),
         git_tag=_optional_string(source, "git_tag", where=f"{where} [source]"),
         python_requires=python_requires,
@@ -294,6 +296,51 @@ def _optional_string(data: dict[str, Any], key: str, *, where: str) -> str | Non
     return string(data, key, where=where) if key in data else None
 
 
+def _file_name(data: dict[str, Any], key: str, *, where: str) -> str:
+    """A file name the toolkit puts in a folder of its own (the mirror, the sdist cache): one
+    plain name, never a path that could write or delete elsewhere (`../x`, `/etc/x`)."""
+    value = string(data, key, where=where)
+    if value in (".", "..") or "/" in value or "\\" in value or "\0" in value:
+        raise DataFileError(
+            f"{where}: key '{key}' must be a plain file name, not {value!r}",
+            hint="name the file only (e.g. oneDNN-3.10.tar.gz), then check the recipe with "
+            "`python -m toolchain plan --recipes DIR`",
+        )
+    return value
+
+
+def _file_inside(folder: Path, data: dict[str, Any], key: str, *, where: str) -> Path:
+    """A file the recipe names relative to its folder; it must stay inside that folder, symlinks
+    resolved (a recipe cannot make the build read, or patch with, a file from elsewhere)."""
+    value = string(data, key, where=where)
+    file = folder / value
+    try:
+        inside = folder.resolve() in file.resolve().parents
+    except (OSError, RuntimeError, ValueError):  # a loop of links, a NUL byte
+        inside = False
+    if Path(value).is_absolute() or not inside:
+        raise DataFileError(
+            f"{where}: key '{key}': {value!r} is not a file inside the recipes folder {folder}",
+            hint="keep patches and prune lists in the recipes folder, named relative to it, "
+            "then check the recipe with `python -m toolchain plan --recipes DIR`",
+        )
+    return file
+
+
+def _read_bytes(file: Path, *, key: str, where: str) -> bytes:
+    """The file's bytes, read once: what is hashed is what the build uses (a DataFileError for a
+    file that is missing or cannot be read)."""
+    hint = "restore the file, or fix the recipe; `python -m toolchain plan --recipes DIR` checks it"
+    try:
+        return file.read_bytes()
+    except FileNotFoundError as exc:
+        raise DataFileError(f"{where}: key '{key}': {file} does not exist", hint=hint) from exc
+    except OSError as exc:
+        raise DataFileError(
+            f"{where}: key '{key}': {file} cannot be read ({exc.strerror or exc})", hint=hint
+        ) from exc
+
+
 def _versions(values: dict[str, str], where: str) -> dict[str, str]:
     """Compiler and cmake minimums must be versions (`gxx_min = "twelve"` is refused)."""
     for key, value in values.items():
@@ -311,7 +358,7 @@ def _third_party(entry: dict[str, Any], *, where: str) -> ThirdParty:
         arch=arch,
         repository=string(entry, "repository", where=where),
         ref=string(entry, "ref", where=where),
-        archive=string(entry, "archive", where=where),
+        archive=_file_name(entry, "archive", where=where),
         env=string(entry, "env", where=where),
         commit=_optional_string(entry, "commit", where=where),
         tar_sha256=sha256_hex(entry, "tar_sha256", where=where) if "tar_sha256" in entry else None,
@@ -325,19 +372,26 @@ def _onednn_prune(
     target = string(entry, "target", where=where)
     if not any(target in model.targets for model in models.values()):
         raise DataFileError(f"{where}: key 'target': this recipe's ISA models have no '{target}'")
-    file = folder / string(entry, "file", where=where)
-    if not file.is_file():
-        raise DataFileError(f"{where}: key 'file': {file} does not exist")
-    text = file.read_text()
+    file = _file_inside(folder, entry, "file", where=where)
+    content = _read_bytes(file, key="file", where=where)
+    try:
+        text = content.decode()
+    except UnicodeDecodeError as exc:
+        raise DataFileError(
+            f"{where}: key 'file': {file} is not UTF-8 text (byte {exc.start})",
+            hint="make it anew with `python -m toolchain.build.onednn_prune BUILD_TEMP LIBRARY`"
+            " (recipes/README.md)",
+        ) from exc
     units = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
     if any(len(line.split()) != 2 for line in units):
         raise DataFileError(f"{where}: {file} must have one 'TARGET SOURCE' line per unit")
     return OnednnPrune(
         target=target,
         file=file,
-        sha256=hashlib.sha256(text.encode()).hexdigest(),
+        sha256=hashlib.sha256(content).hexdigest(),
         units=len(units),
         reason=string(entry, "reason", where=where),
+        content=content,
     )
 
 
@@ -372,9 +426,8 @@ def _compile_memory(entry: dict[str, Any], flat_mib: int, *, where: str) -> Comp
 
 def _patch(entry: dict[str, Any], vllm: Version, *, folder: Path, where: str) -> Patch:
     _checked(entry, "patches", where)
-    file = folder / string(entry, "file", where=where)
-    if not file.is_file():
-        raise DataFileError(f"{where}: key 'file': {file} does not exist")
+    file = _file_inside(folder, entry, "file", where=where)
+    content = _read_bytes(file, key="file", where=where)
     try:
         versions = SpecifierSet(string(entry, "versions", where=where))
     except InvalidSpecifier as exc:
@@ -386,11 +439,12 @@ def _patch(entry: dict[str, Any], vllm: Version, *, folder: Path, where: str) ->
         raise DataFileError(f"{where}: key 'arch' is one of {', '.join(SUPPORTED_ARCHES)}")
     return Patch(
         file=file,
-        sha256=hashlib.sha256(file.read_bytes()).hexdigest(),
+        sha256=hashlib.sha256(content).hexdigest(),
         versions=versions,
         reason=string(entry, "reason", where=where),
         arch=arch,
         enables=string_list(entry, "enables", where=where) if "enables" in entry else (),
+        content=content,
     )
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import fcntl
+import glob
 import gzip
 import hashlib
 import os
+import re
 import shutil
 import tarfile
 import zlib
@@ -35,6 +37,29 @@ def atomic_path(final: Path) -> Iterator[Path]:
         temporary.unlink(missing_ok=True)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_parts(final: Path) -> list[Path]:
+    """Remove what runs killed while writing `final` left beside it (`.NAME.PID.part*` of a pid
+    no longer running); a running writer's file is left alone. The removed paths."""
+    pattern = re.compile(rf"\.{re.escape(final.name)}\.(\d+)\.part(\.tar)?")
+    removed = []
+    for path in final.parent.glob(f".{glob.escape(final.name)}.*.part*"):
+        match = pattern.fullmatch(path.name)
+        if match and int(match[1]) != os.getpid() and not _alive(int(match[1])):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -43,10 +68,11 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def tar_sha256(path: Path) -> str:
-    """sha256 of the uncompressed tar stream, whichever gzip wrote the archive."""
+def tar_sha256(path: Path, *, named: Path | None = None) -> str:
+    """sha256 of the uncompressed tar stream, whichever gzip wrote the archive; `named`: the name
+    that says whether it is gzipped, when `path` is a temporary one."""
     digest = hashlib.sha256()
-    opener: Any = gzip.open if path.name.endswith(".gz") else open
+    opener: Any = gzip.open if (named or path).name.endswith(".gz") else open
     try:
         with opener(path, "rb") as handle:
             while chunk := handle.read(CHUNK):
@@ -63,30 +89,58 @@ def _corrupt(archive: Path, exc: BaseException) -> SourceError:
     )
 
 
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _refuse(member: str, why: str) -> tarfile.TarError:
+    return tarfile.TarError(f"refusing to unpack {member!r}: {why}")
+
+
+def _check_member(member: tarfile.TarInfo, root: Path) -> None:
+    """`member` lands inside `root`, and so does the link it makes, resolved through what is on
+    disk now: the links unpacked before it included (a chain of links each harmless alone)."""
+    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+        raise _refuse(member.name, "not a plain file, folder or link")
+    target = root / member.name
+    places = [target.parent.resolve() / target.name if member.issym() else target.resolve()]
+    if member.issym():
+        places.append((target.parent.resolve() / member.linkname).resolve())
+    elif member.islnk():
+        places.append((root / member.linkname).resolve())
+    if not all(_inside(place, root) for place in places):
+        raise _refuse(member.name, "it would leave the folder")
+
+
+def _leads_out(link: Path, root: Path) -> bool:
+    try:
+        return not _inside(link.resolve(), root)
+    except (OSError, RuntimeError):  # a loop of links
+        return True
+
+
+def _check_links(root: Path) -> None:
+    """No link in the unpacked tree leads out of it: a link made later can change where an
+    earlier one leads, and the build would follow it."""
+    for folder, dirs, files in os.walk(root):
+        for path in (Path(folder) / name for name in (*dirs, *files)):
+            if path.is_symlink() and _leads_out(path, root):
+                raise _refuse(str(path.relative_to(root)), "a link that leads out of the folder")
+
+
 def _extract_data(tar: tarfile.TarFile, staging: Path) -> None:
-    """Extract only what stays inside `staging`: tarfile's "data" filter where this Python has it
-    (3.11.4 and newer); on older ones (Debian 12's python3 is 3.11.2) the same refusals by hand:
-    absolute or `..` names, links leading outside, devices and other special files."""
-    if hasattr(tarfile, "data_filter"):
-        tar.extractall(staging, filter="data")
-        return
+    """Extract only what stays inside `staging`, one member at a time, each checked against what
+    is already on disk, then every link checked once more; tarfile's "data" filter besides where
+    this Python has it (3.11.4 and newer; Debian 12's python3 is 3.11.2), as a second line."""
     root = staging.resolve()
+    with_filter = hasattr(tarfile, "data_filter")
     for member in tar.getmembers():
-        target = (root / member.name).resolve()
-        if member.islnk():
-            link = (root / member.linkname).resolve()
-        elif member.issym():
-            link = (target.parent / member.linkname).resolve()
+        _check_member(member, root)
+        if with_filter:
+            tar.extract(member, staging, set_attrs=not member.isdir(), filter="data")
         else:
-            link = root
-        inside = all(path == root or root in path.parents for path in (target, link))
-        plain = member.isfile() or member.isdir() or member.issym() or member.islnk()
-        if not inside or not plain:
-            raise tarfile.TarError(
-                f"refusing to unpack {member.name!r}: it would leave the folder "
-                "or is not a plain file, folder or link"
-            )
-    tar.extractall(staging)
+            tar.extract(member, staging, set_attrs=not member.isdir())
+    _check_links(root)
 
 
 def unpack_tar(archive: Path, destination: Path, *, stamp: str) -> Path:

@@ -45,15 +45,24 @@ def read_lock(folder: Path) -> dict[str, dict[str, str]]:
 
 
 def check_archive(
-    *, name: str, ref: str, archive: Path, recipe_sha256: str | None, found: str, recipe: str
+    *,
+    name: str,
+    ref: str,
+    archive: Path,
+    recipe_sha256: str | None,
+    found: str,
+    recipe: str,
+    shown: str | None = None,
 ) -> str:
     """Check `found` (the archive's tar sha256) against the recipe, or else the folder's lock,
     recording it there on first use. Returns how it was checked; raises SourceError on a mismatch.
+    `shown` names what was hashed when it is not `archive` itself (a download not yet in place).
     """
+    shown = shown or str(archive)
     if recipe_sha256 is not None:
         if found != recipe_sha256:
             raise SourceError(
-                f"{archive} holds a tar with sha256 {found}; the recipe expects "
+                f"{shown} holds a tar with sha256 {found}; the recipe expects "
                 f"{recipe_sha256} ({name} {ref})",
                 hint="replace it with the archive of exactly that tag",
             )
@@ -83,7 +92,7 @@ def check_archive(
             return f"first use: recorded in {lock}"
     if entry["tar_sha256"] != found:
         raise SourceError(
-            f"{archive} holds a tar with sha256 {found}, but {lock} recorded "
+            f"{shown} holds a tar with sha256 {found}, but {lock} recorded "
             f"{entry['tar_sha256']} when it was first used ({entry['recorded']})",
             hint="the archive changed since: restore the one first used, or, if the change is "
             f"expected, delete its entry from {lock}",

@@ -4,6 +4,8 @@ interrupted venv is made anew, and what the user named is checked before anythin
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -14,11 +16,12 @@ from toolchain.build import steps as steps_module
 from toolchain.build.runner import BuildRun, check_registry
 from toolchain.build.steps import STEPS, build_wheel, create_venv
 from toolchain.detect.host import Host, detect_host
-from toolchain.errors import BuildError, BusyError, SourceError
+from toolchain.errors import BuildError, BusyError, SourceError, UsageError
 from toolchain.plan.buildplan import BuildPlan, Step
 from toolchain.plan.planner import plan_build
 from toolchain.plan.recipes import default_recipes_dir, load_recipe
 from toolchain.settings import BuildOptions
+from toolchain.util.compile_cache import parse_cache
 
 
 @pytest.fixture
@@ -28,7 +31,8 @@ def build_of(fake_programs, cpuinfo_file, tmp_path: Path) -> Callable[..., Build
     host: Host = detect_host(cpuinfo_file=cpuinfo_file("x86-zen4"))
 
     def make(**options: object) -> BuildRun:
-        chosen = BuildOptions(work_dir=tmp_path / "work", wheel_dir=tmp_path / "wheels", **options)  # type: ignore[arg-type]
+        folders = {"work_dir": tmp_path / "work", "wheel_dir": tmp_path / "wheels"}
+        chosen = BuildOptions(**{**folders, **options})  # type: ignore[arg-type]
         plan = plan_build(host, load_recipe(default_recipes_dir(), "0.32.0"), chosen)
         return BuildRun(plan=plan, host=host, options=chosen)
 
@@ -111,3 +115,57 @@ def test_an_interrupted_venv_is_made_anew(
     assert len(made) == 1, "the unfinished venv was replaced, not reused"
     create_venv(build)
     assert len([c for c in fake_programs.calls if c[1:3] == ["-m", "venv"]]) == 1
+
+
+def test_the_build_uses_the_recipe_files_as_they_were_read_and_hashed(
+    fake_programs, cpuinfo_file, tmp_path: Path
+) -> None:
+    """Issue #31 F22: the patch and prune-list files were read again when used, so a file
+    changed after the recipe was loaded was applied under the old file's hash (in the manifest)."""
+    recipes = tmp_path / "recipes"
+    shutil.copytree(default_recipes_dir(), recipes)
+    fake_programs.add("g++-13", "13.2.0\n")
+    fake_programs.add("python3.11", "")
+    host = detect_host(cpuinfo_file=cpuinfo_file("x86-zen4"))
+    options = BuildOptions(work_dir=tmp_path / "work", wheel_dir=tmp_path / "wheels", target="avx2")
+    plan = plan_build(host, load_recipe(recipes, "0.32.0"), options)
+    build = BuildRun(plan=plan, host=host, options=options)
+    assert plan.patches and plan.onednn_prune is not None
+    for loaded in (*plan.patches, plan.onednn_prune):
+        loaded.file.write_text("changed after the recipe was loaded\n")
+
+    applied: list[bytes] = []
+
+    def patch(argv: list[str]) -> tuple[int, str]:
+        applied.append(Path(argv[argv.index("-i") + 1]).read_bytes())
+        return 0, ""
+
+    fake_programs.add("patch", answer=patch)
+    plan.paths.src.mkdir(parents=True)
+    steps_module.apply_patches(build)
+    assert [hashlib.sha256(content).hexdigest() for content in applied] == [
+        p.sha256 for p in plan.patches
+    ]
+    steps_module.recipe_file(build, plan.onednn_prune)  # what the compile step does first
+    skip = plan.env["CMAKE_ARGS"].split("-DVCB_ONEDNN_SKIP=")[1].split()[0]
+    assert hashlib.sha256(Path(skip).read_bytes()).hexdigest() == plan.onednn_prune.sha256
+
+
+@pytest.mark.parametrize("flag", ["--wheel-dir", "--work-dir", "--cache"])
+def test_a_folder_the_build_cannot_write_is_refused_before_the_first_step(
+    build_of: Callable[..., BuildRun], tmp_path: Path, flag: str
+) -> None:
+    """Issue #31 F8: an unwritable --wheel-dir was found by the deliver step, as a traceback after
+    the whole compile. (A file where a folder must be: root can write anywhere else.)"""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    where = blocker / "folder"
+    option = {"--wheel-dir": {"wheel_dir": where}, "--work-dir": {"work_dir": where},
+              "--cache": {"cache": parse_cache(str(where))}}[flag]  # fmt: skip
+    build = build_of(**option)
+    with pytest.raises(UsageError) as caught:
+        build_wheel(build)
+    assert caught.value.exit_code == 2
+    assert f"{flag} {where} is not a folder this build can write into" in caught.value.message
+    assert "nox -s build-wheel" in caught.value.hint
+    assert not (tmp_path / "work" / "builds").exists(), "no step ran"

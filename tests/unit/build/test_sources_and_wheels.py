@@ -19,7 +19,7 @@ from toolchain.build import compilation as compile_module
 from toolchain.build.compilation import MemoryGuard, Process, descendants
 from toolchain.build.sources import fetch_sdist
 from toolchain.errors import SourceError
-from toolchain.util.files import atomic_path, tar_sha256, unpack_tar
+from toolchain.util.files import atomic_path, remove_stale_parts, tar_sha256, unpack_tar
 from toolchain.util.units import GIB
 from toolchain.wheelfile import drop_requirements, read_manifest, requires_dist, rewrite_wheel
 
@@ -75,6 +75,48 @@ def test_unpack_refuses_members_that_leave_the_folder(
     with contextlib.suppress(SourceError):
         unpack_tar(absolute, tmp_path / "absolute", stamp="s")
     assert not (tmp_path / "abs").exists()
+
+
+def _tar_of(members: list[tuple[str, str, bytes]]) -> bytes:
+    """A tar of (name, symlink target or "", data) in this order."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, link, data in members:
+            info = tarfile.TarInfo(name)
+            if link:
+                info.type, info.linkname = tarfile.SYMTYPE, link
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("python", ["with the data filter", "before 3.11.4"])
+@pytest.mark.parametrize(
+    "members",
+    [
+        # each link stays inside when read alone; together, c is the folder's parent
+        [("d/b", ".", b""), ("d/a", "b/..", b""), ("d/c", "a/..", b""), ("d/c/escaped", "", b"e")],
+        # links checked before the links they go through exist
+        [("d/a", "c/..", b""), ("d/c", "e/..", b""), ("d/e", ".", b""), ("d/a/escaped", "", b"e")],
+        # a chain that only leads out, left in the tree for the build to follow
+        [("d/x", ".", b""), ("d/y", "x/..", b""), ("d/z", "y/..", b""), ("d/ok", "", b"ok")],
+    ],
+)
+def test_unpack_cannot_be_escaped_through_a_chain_of_symlinks(
+    tmp_path: Path, python: str, members: list[tuple[str, str, bytes]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Issue #31 F11: the fallback unpacker checked each link alone, before any was made."""
+    if python == "before 3.11.4":
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    archive = tmp_path / "chain.tar"
+    archive.write_bytes(_tar_of(members))
+    with pytest.raises(SourceError, match="cannot be read as an archive"):
+        unpack_tar(archive, tmp_path / "out" / "dep", stamp="s")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "out" / "escaped").exists()
 
 
 def test_atomic_path_leaves_nothing_on_failure(tmp_path: Path) -> None:
@@ -246,3 +288,17 @@ def test_a_killed_build_leaves_no_compiler_running(tmp_path: Path) -> None:
         toolkit.kill()
         for pid in sleepers():
             os.kill(int(pid), 9)
+
+
+def test_what_killed_writers_left_is_removed_and_a_running_writers_file_kept(
+    tmp_path: Path,
+) -> None:
+    """Issue #31 F1: `.NAME.PID.part` of a pid no longer running is debris of a killed run."""
+    dead = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process can have it
+    final = tmp_path / "oneDNN-3.13.tar.gz"
+    names = [f".{final.name}.{dead}.part", f".{final.name}.{dead}.part.tar",
+             f".{final.name}.1.part", f".{final.name}.{dead}.partial", "other.part"]  # fmt: skip
+    for name in names:
+        (tmp_path / name).write_text("")
+    assert sorted(remove_stale_parts(final)) == [tmp_path / names[0], tmp_path / names[1]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[2:])

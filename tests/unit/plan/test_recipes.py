@@ -111,6 +111,58 @@ def test_an_onednn_prune_list_needs_target_and_source_on_every_line(tmp_path: Pa
         load_recipe(folder, "0.32.0")
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ('sdist = "vllm-0.32.0.tar.gz"', 'sdist = "../../x.tar.gz"', "[source]: key 'sdist'"),
+        ('sdist = "vllm-0.32.0.tar.gz"', 'sdist = "/etc/passwd"', "[source]: key 'sdist'"),
+        ('sdist = "vllm-0.32.0.tar.gz"', 'sdist = ".."', "[source]: key 'sdist'"),
+        ('archive = "oneDNN-3.13.tar.gz"', 'archive = "../x"', "third_party[0]: key 'archive'"),
+        ('archive = "oneDNN-3.13.tar.gz"', 'archive = "/tmp/x"', "third_party[0]: key 'archive'"),
+        ('file = "patches/', 'file = "../patches/', "patches[0]: key 'file'"),
+        ('file = "patches/', f'file = "{RECIPES}/patches/', "patches[0]: key 'file'"),
+        ('file = "onednn-prune/', 'file = "../onednn-prune/', "onednn_prune[0]: key 'file'"),
+        ('file = "onednn-prune/vllm-0.32.0-avx2.txt"', 'file = "/etc/hostname"',
+         "onednn_prune[0]: key 'file'"),
+    ],
+)  # fmt: skip
+def test_recipe_paths_cannot_leave_their_folder(
+    tmp_path: Path, old: str, new: str, expected: str
+) -> None:
+    """Issue #31 F2: a recipe could name any file to write, delete, patch with or prune by."""
+    folder = _broken_copy(tmp_path, old, new)
+    for sub in ("patches", "onednn-prune"):  # the files named exist, outside the folder
+        shutil.copytree(folder / sub, tmp_path / sub)
+    with pytest.raises(DataFileError) as caught:
+        load_recipe(folder, "0.32.0")
+    assert caught.value.exit_code == 4
+    assert str(folder / "vllm-0.32.0.toml") in caught.value.message
+    assert expected in caught.value.message
+
+
+@pytest.mark.parametrize("kind", ["patches", "onednn-prune"])
+def test_a_symlink_out_of_the_recipes_folder_is_refused(tmp_path: Path, kind: str) -> None:
+    """Issue #31 F2: links are resolved: a name inside the folder that leads out is refused."""
+    folder = _broken_copy(tmp_path, "[torch]", "[torch]")
+    outside = tmp_path / "elsewhere"
+    shutil.copytree(folder / kind, outside)
+    shutil.rmtree(folder / kind)
+    (folder / kind).symlink_to(outside)
+    with pytest.raises(DataFileError, match=r"is not a file inside the recipes folder"):
+        load_recipe(folder, "0.32.0")
+
+
+def test_a_prune_list_that_is_not_utf8_is_one_error(tmp_path: Path) -> None:
+    """Issue #31 F16: a UnicodeDecodeError traceback before."""
+    folder = _broken_copy(tmp_path, "[torch]", "[torch]")
+    listed = folder / "onednn-prune" / "vllm-0.32.0-avx2.txt"
+    listed.write_bytes(listed.read_bytes() + b"dnnl_cpu caf\xe9.cpp\n")
+    with pytest.raises(DataFileError) as caught:
+        load_recipe(folder, "0.32.0")
+    assert f"{listed} is not UTF-8 text (byte " in caught.value.message
+    assert "onednn_prune[0]: key 'file'" in caught.value.message
+
+
 def test_isa_model_with_unknown_feature_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "isa-models.toml"
     path.write_text(
