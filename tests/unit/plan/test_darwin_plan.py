@@ -142,7 +142,7 @@ def test_build_wheel_for_a_mac_is_refused_here_before_anything_runs(
     [
         ('macos_min = "14.0"', 'macos_min = "Sonoma"', "[darwin]: key 'macos_min'"),
         ('isa_model = "apple-sysctl"', 'isa_model = "x86-dispatch"', "[darwin]: key 'isa_model'"),
-        ('clang_min = "15.0"', 'clang_min = "15.0"\nxcode = "15.4"', "[darwin]: unknown keys ['xcode']"),
+        ('clang_min = "15.0"', 'xcode = "15.4"', "[darwin]: unknown keys ['xcode']"),
     ],
 )
 def test_a_malformed_darwin_table_is_named(
