@@ -35,48 +35,19 @@ APPLE_CC, APPLE_CXX = "/usr/bin/clang", "/usr/bin/clang++"
 def plan_darwin(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
     darwin = _darwin_recipe(host, recipe)
     target = mac_target(recipe, darwin.isa_model, host.isa, options.target)
-    warnings: list[str] = []
+    warnings = _ignored(options)
     macos = _macos(host, recipe, darwin, target, warnings)
-    version = options.python or recipe.python_preferred
-    if not recipe.python_requires.contains(f"{version}.0"):
-        raise PlanError(
-            f"vLLM {recipe.vllm} needs Python {recipe.python_requires}; {version} is outside it",
-            hint=f"use --python {recipe.python_preferred}",
-        )
-    jobs = size_jobs(
-        cpus=host.cpus_usable,
-        available_bytes=host.memory.usable_bytes,
-        memory_per_job_bytes=recipe.memory_per_job_bytes,
-        reserve_bytes=options.reserve_bytes,
-        override=options.jobs,
-    )
-    warnings += [jobs.warning] if jobs.warning else []
-    warnings.append(
-        f"memory per job is the recipe's {recipe.memory_per_job_bytes // MIB:,} MiB, measured "
-        "with g++ on x86_64; Apple clang's peak on these kernels is not measured yet"
-    )
+    python = _python(recipe, host, options)
+    jobs = _jobs(host, recipe, options, warnings)
     wheel_version = f"{recipe.vllm}+cpu.{target.name}"
-    build_dir = (
-        options.work_dir
-        / "builds"
-        / f"vllm-{recipe.vllm}-macos-arm64-{target.name}-cp{version.replace('.', '')}"
-    )
-    paths = Paths(
-        work_dir=options.work_dir,
-        build_dir=build_dir,
-        venv=build_dir / "venv",
-        src=build_dir / "src",
-        deps=build_dir / "deps",
-        log=build_dir / "build.log",
-        wheel_dir=options.wheel_dir,
-    )
+    cp = "cp" + python.version.replace(".", "")
+    paths = _paths(options, f"vllm-{recipe.vllm}-macos-arm64-{target.name}-{cp}")
     torch = TorchPin(
         requirement=f"torch=={darwin.torch}",
         index_url=options.torch_index or PYPI_SIMPLE,
         find_links=options.find_links,
     )
     patches = tuple(p for p in recipe.patches if p.arch is None)  # arch patches are Linux's
-    source = _source(recipe, options)
     return BuildPlan(
         vllm_version=str(recipe.vllm),
         recipe=str(recipe.path),
@@ -91,11 +62,7 @@ def plan_darwin(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         build_type=options.build_type,
         expected=None,
         wheel_version=wheel_version,
-        python=PythonChoice(
-            version=version,
-            interpreter=host.pythons.get(version, f"python{version}"),
-            requires=str(recipe.python_requires),
-        ),
+        python=python,
         torch=torch,
         build_requires=recipe.build_requires,
         compiler=Compiler(
@@ -105,7 +72,7 @@ def plan_darwin(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
             origin="Xcode Command Line Tools",
             minimum=darwin.clang_min,
         ),
-        source=source,
+        source=_source(recipe, options),
         third_party=(),
         max_jobs=jobs.max_jobs,
         jobs=jobs,
@@ -116,6 +83,62 @@ def plan_darwin(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         cmake_min=recipe.cmake_min,
         warnings=tuple(warnings),
         macos=macos,
+    )
+
+
+def _ignored(options: BuildOptions) -> list[str]:
+    """Settings a macOS plan has no use for: said, not silently dropped."""
+    named = {
+        "--cxx / CXX (upstream's macOS build is Apple clang's)": options.cxx,
+        "--cache and --dist-scheduler (no compile cache is planned on a Mac yet)": options.cache
+        or options.dist,
+        "--allow-cuda-torch (torch on macOS has no CUDA)": options.allow_cuda_torch,
+    }
+    return [f"{what} is ignored for a macOS plan" for what, given in named.items() if given]
+
+
+def _python(recipe: Recipe, host: Host, options: BuildOptions) -> PythonChoice:
+    """--python or the recipe's preferred one; the Mac's own interpreter is found there."""
+    version = options.python or recipe.python_preferred
+    if not recipe.python_requires.contains(f"{version}.0"):
+        raise PlanError(
+            f"vLLM {recipe.vllm} needs Python {recipe.python_requires}; {version} is outside it",
+            hint=f"use --python {recipe.python_preferred}",
+        )
+    return PythonChoice(
+        version=version,
+        interpreter=host.pythons.get(version, f"python{version}"),
+        requires=str(recipe.python_requires),
+    )
+
+
+def _jobs(host: Host, recipe: Recipe, options: BuildOptions, warnings: list[str]) -> JobSizing:
+    """Flat sizing: the recipe's per-unit model was measured on Linux, oneDNN included."""
+    jobs = size_jobs(
+        cpus=host.cpus_usable,
+        available_bytes=host.memory.usable_bytes,
+        memory_per_job_bytes=recipe.memory_per_job_bytes,
+        reserve_bytes=options.reserve_bytes,
+        override=options.jobs,
+    )
+    warnings += [jobs.warning] if jobs.warning else []
+    warnings.append(
+        f"memory per job is the recipe's {recipe.memory_per_job_bytes // MIB:,} MiB, measured "
+        "with g++ on x86_64; Apple clang's peak on these kernels is not measured yet"
+    )
+    return jobs
+
+
+def _paths(options: BuildOptions, name: str) -> Paths:
+    build_dir = options.work_dir / "builds" / name
+    return Paths(
+        work_dir=options.work_dir,
+        build_dir=build_dir,
+        venv=build_dir / "venv",
+        src=build_dir / "src",
+        deps=build_dir / "deps",
+        log=build_dir / "build.log",
+        wheel_dir=options.wheel_dir,
     )
 
 
