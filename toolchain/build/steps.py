@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import platform
 import shutil
 import sys
 import tempfile
@@ -25,7 +26,14 @@ from toolchain.build.runner import BuildRun, StepFunction, run_steps
 from toolchain.build.shared_cache import count, sccache, start_cache, stop, without_cache
 from toolchain.build.sources import fetch_sdist
 from toolchain.detect.tools import numa_header, program_sha256, tool_version
-from toolchain.errors import BuildError, SourceError, ToolchainError, UsageError
+from toolchain.errors import (
+    BuildError,
+    SourceError,
+    ToolchainError,
+    UnsupportedHostError,
+    UsageError,
+)
+from toolchain.plan.buildplan import BuildPlan
 from toolchain.plan.recipes import OnednnPrune, Patch
 from toolchain.runtime_deps import PipSources
 from toolchain.util import run
@@ -493,8 +501,30 @@ STEPS: dict[str, StepFunction] = {
 }
 
 
+def refuse_macos(plan: BuildPlan) -> None:
+    """A macOS plan is not built by these steps: off a Mac there is no Apple clang or macOS SDK
+    (no cross build to macOS), and on a Mac the steps (auditwheel, /proc, numa.h) are Linux's."""
+    if plan.macos is None:
+        return
+    what = f"a vLLM {plan.vllm_version} wheel for macOS ({plan.macos.wheel_platform})"
+    if platform.system() != "Darwin":
+        raise UnsupportedHostError(
+            f"this machine is {platform.system()}: it cannot build {what}; vLLM's macOS build "
+            "needs Apple clang and the macOS SDK, and there is no cross build to macOS",
+            hint="on the Mac: `nox -s plan -- --vllm VERSION` prints the environment to build "
+            "with; build there with `pip wheel --no-build-isolation --no-deps` in it",
+        )
+    raise UnsupportedHostError(
+        f"{what} is planned from this Mac, but build-wheel does not run macOS builds yet (its "
+        "steps are Linux's: auditwheel, /proc, numa.h); not yet built on a Mac",
+        hint="`nox -s plan` prints the environment and steps; run `pip wheel "
+        "--no-build-isolation --no-deps` on the sdist in that environment",
+    )
+
+
 def preflight(build: BuildRun) -> None:
     """What the user named must be there before anything is downloaded or installed."""
+    refuse_macos(build.plan)
     source, mirror = build.plan.source, build.plan.source.mirror
     if source.path is not None and not source.path.is_dir():
         raise BuildError(

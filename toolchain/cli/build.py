@@ -12,6 +12,7 @@ from toolchain.build.sources import fill_mirror
 from toolchain.build.steps import build_wheel
 from toolchain.cli.common import (
     add_host_options,
+    add_mac_options,
     host_from_args,
     print_json,
     recipe_from_values,
@@ -47,7 +48,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_build_wheel(args: argparse.Namespace) -> int:
     values, options = options_from_args(args)
-    host = detect_host()
+    host = detect_host(sysctl_file=args.sysctl, vm_stat_file=args.vm_stat)
     plan = plan_build(host, recipe_from_values(values), options)
     build_wheel(BuildRun(plan=plan, host=host, options=options))
     return 0
@@ -136,6 +137,7 @@ def configure_parser(commands: Any) -> None:
     plan.set_defaults(handler=cmd_plan)
     build = commands.add_parser("build-wheel", help="compile a vLLM CPU wheel into wheels/")
     add_setting_flags(build, BUILD_SETTINGS)
+    add_mac_options(build)  # a Mac's plan, to be refused off that Mac (no cross build to macOS)
     build.set_defaults(handler=cmd_build_wheel)
     fetch = commands.add_parser(
         "fetch-sources", help="fill a source mirror for air-gapped builds (needs network)"

@@ -61,12 +61,32 @@ def add_host_options(parser: argparse.ArgumentParser) -> None:
         help="with --cpuinfo: the saved output of the CPU probe (cpuprobe) run on that machine; "
         "it decides the features, as the probe does here",
     )
+    add_mac_options(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_mac_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--sysctl",
+        type=existing_file,
+        metavar="FILE",
+        help="describe the Mac of this saved `sysctl -a` (with --vm-stat) instead of this machine",
+    )
+    parser.add_argument(
+        "--vm-stat",
+        type=existing_file,
+        metavar="FILE",
+        help="with --sysctl: the saved `vm_stat` of that Mac (its available memory)",
+    )
 
 
 def host_from_args(args: argparse.Namespace) -> Host:
     return detect_host(
-        cpuinfo_file=args.cpuinfo, meminfo_file=args.meminfo, probe_file=args.probe_output
+        cpuinfo_file=args.cpuinfo,
+        meminfo_file=args.meminfo,
+        probe_file=args.probe_output,
+        sysctl_file=args.sysctl,
+        vm_stat_file=args.vm_stat,
     )
 
 

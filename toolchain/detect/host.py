@@ -10,20 +10,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolchain.detect import fallback, probe
+from toolchain.detect import fallback, probe, sysctl
 from toolchain.detect.cpus import usable_cpus
 from toolchain.detect.isa import isa_table
 from toolchain.detect.memory import Memory, read_memory
 from toolchain.detect.proc_cpuinfo import CpuInfo, parse_cpuinfo
+from toolchain.detect.sysctl import MacInfo
 from toolchain.detect.tools import BUILD_TOOLS, Tool, executables_on_path, find_tools, numa_header
-from toolchain.detect.uarch import microarchitecture
+from toolchain.detect.uarch import apple_silicon, microarchitecture
 from toolchain.errors import DataFileError, UnsupportedHostError, UsageError
 from toolchain.util.datafile import read_text
 from toolchain.util.platform import SUPPORTED_ARCHES, machine_arch
 
 PROC_CPUINFO = Path("/proc/cpuinfo")
 PYTHON_NAME = re.compile(r"^python3\.\d+$")
-SAVED_SOURCES = frozenset({"cpuinfo-file", "probe-file"})
+SAVED_SOURCES = frozenset({"cpuinfo-file", "probe-file", "sysctl-file"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +51,8 @@ class Host:
     pythons: dict[str, str] = field(default_factory=dict)
     tools: tuple[Tool, ...] = ()
     numa_header: str | None = None
+    system: str = "Linux"  # platform.system()'s name: "Linux" or "Darwin"
+    mac: MacInfo | None = None  # what only a Mac reports (macOS version, core kinds)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -81,13 +84,12 @@ CpuFacts = tuple[CpuInfo, str, tuple[str, ...], dict[str, Any] | None]
 
 
 def _cpu_from_this_machine() -> CpuFacts:
-    """CPU facts and the source that decided them: probe > /proc/cpuinfo > sysctl > py-cpuinfo."""
+    """CPU facts and the source that decided them: probe > /proc/cpuinfo > py-cpuinfo (a Mac is
+    read by _mac_host)."""
     if PROC_CPUINFO.is_file():
         cpu = parse_cpuinfo(PROC_CPUINFO.read_text())
         cpu = CpuInfo(**{**asdict(cpu), "arch": machine_arch()})
         source = "proc-cpuinfo"
-    elif platform.system() == "Darwin":
-        cpu, source = fallback.sysctl_cpuinfo(), "sysctl"
     else:
         cpu, source = fallback.py_cpuinfo(), "py-cpuinfo"
     result, why_not = probe.run_probe()
@@ -162,9 +164,21 @@ def detect_host(
     meminfo_file: Path | None = None,
     probe_file: Path | None = None,
     disk_path: Path | None = None,
+    sysctl_file: Path | None = None,
+    vm_stat_file: Path | None = None,
 ) -> Host:
     """Describe this machine; a saved cpuinfo (with the probe's saved output) or meminfo replaces
-    that part of it."""
+    that part of it; a Mac's saved sysctl and vm_stat describe that whole Mac."""
+    linux_files = (cpuinfo_file, meminfo_file, probe_file)
+    if sysctl_file is not None or vm_stat_file is not None:
+        if any(f is not None for f in linux_files):
+            raise UsageError(
+                "--sysctl and --vm-stat describe a Mac; --cpuinfo, --meminfo and "
+                "--probe-output describe a Linux machine: give one kind"
+            )
+        return _mac_host(sysctl_file, vm_stat_file, disk_path or Path.cwd())
+    if platform.system() == "Darwin" and all(f is None for f in linux_files):
+        return _mac_host(None, None, disk_path or Path.cwd())
     notes: tuple[str, ...] = ()
     probe_details: dict[str, Any] | None = None
     if cpuinfo_file is not None:
@@ -223,4 +237,60 @@ def detect_host(
         pythons=_pythons(),
         tools=tuple(find_tools()),
         numa_header=numa_header(),
+    )
+
+
+def _mac_text(sysctl_file: Path | None, vm_stat_file: Path | None) -> tuple[str, str, str, str]:
+    """(sysctl text, vm_stat text, and where each came from): saved files, or this Mac's."""
+    if sysctl_file is None and vm_stat_file is None:
+        return sysctl.live_sysctl(), sysctl.live_vm_stat(), "sysctl on this Mac", "vm_stat"
+    if sysctl_file is None or vm_stat_file is None:
+        raise UsageError(
+            "a saved Mac needs both its sysctl (--sysctl FILE) and its vm_stat (--vm-stat FILE): "
+            "the first has the CPU and memory size, the second the available memory",
+            hint="on the Mac: sysctl -a > mac.sysctl; vm_stat > mac.vmstat",
+        )
+    return read_text(sysctl_file), read_text(vm_stat_file), str(sysctl_file), str(vm_stat_file)
+
+
+def _mac_host(sysctl_file: Path | None, vm_stat_file: Path | None, where: Path) -> Host:
+    """A Mac, from one parser whether the text is this Mac's or a saved dump of another."""
+    sysctl_text, vm_stat_text, sysctl_where, vm_stat_where = _mac_text(sysctl_file, vm_stat_file)
+    values = sysctl.parse_sysctl(sysctl_text)
+    cpu = sysctl.mac_cpu(values, where=sysctl_where)
+    memory, page_size = sysctl.mac_memory(
+        values, vm_stat_text, sysctl_where=sysctl_where, vm_stat_where=vm_stat_where
+    )
+    mac = sysctl.mac_info(values, page_size)
+    table, saved = isa_table(), sysctl_file is not None
+    if cpu.arch == "aarch64":
+        uarch, isa_level = apple_silicon(cpu.model)
+    else:
+        uarch, isa_level = None, table.x86_level(cpu.tokens)
+    return Host(
+        arch=cpu.arch,
+        supported=cpu.arch in SUPPORTED_ARCHES,
+        cpu_model=cpu.model,
+        arm_core=None,
+        isa=table.feature_flags(cpu.arch, cpu.tokens),
+        isa_level=isa_level,
+        microarchitecture=uarch,
+        tokens=cpu.tokens,
+        source="sysctl-file" if saved else "sysctl",
+        notes=(),
+        probe=None,
+        cpus_usable=cpu.processors,
+        cpu_quota=None,
+        memory=memory,
+        numa_nodes=None,
+        disk_free_bytes=shutil.disk_usage(where).free,
+        disk_path=str(where),
+        os_name=f"macOS {mac.macos_version or '(version unknown: no kern.osproductversion)'}",
+        glibc=None,
+        # a saved Mac's programs are not this machine's: nothing here builds for it
+        pythons={} if saved else _pythons(),
+        tools=() if saved else tuple(find_tools()),
+        numa_header=None,
+        system="Darwin",
+        mac=mac,
     )

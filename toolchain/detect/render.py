@@ -12,7 +12,8 @@ SOURCE_WORDS = {
     "proc-cpuinfo": "/proc/cpuinfo",
     "cpuinfo-file": "a saved cpuinfo file",
     "probe-file": "the saved output of the CPU probe on that machine, checked against its cpuinfo",
-    "sysctl": "sysctl hw.optional.*",
+    "sysctl": "sysctl hw.optional.* on this Mac",
+    "sysctl-file": "a saved macOS sysctl dump (hw.optional.*)",
     "py-cpuinfo": "py-cpuinfo",
 }
 
@@ -39,6 +40,7 @@ def render_host(host: Host) -> str:
             f"{host.probe['avx10_version']}, {amx[host.probe['amx_permitted']]}"
         )
     lines += [f"  note: {note}" for note in host.notes]
+    lines += _mac_lines(host)
     quota = f" (cgroup quota {host.cpu_quota:g} CPUs)" if host.cpu_quota is not None else ""
     memory = host.memory
     lines += [
@@ -49,12 +51,35 @@ def render_host(host: Host) -> str:
         f"{' (the kernel shows none: a container?)' if host.numa_nodes == 0 else ''}",
         f"disk free    {gib(host.disk_free_bytes)} at {host.disk_path}",
         f"OS           {host.os_name}, glibc {host.glibc or 'unknown'}",
+    ]
+    if host.source == "sysctl-file":
+        return "\n".join([*lines, "programs     the Mac's Pythons and compilers are not in a dump"])
+    lines += [
         f"Pythons      {', '.join(host.pythons) or 'none found on PATH'}",
         f"compilers    {_tool_list(host.compilers)}",
         f"build tools  {_tool_list(host.build_tools)}",
-        f"libnuma      {host.numa_header or 'numa.h not found (apt-get install libnuma-dev)'}",
     ]
+    if host.system != "Darwin":  # vLLM builds without NUMA on macOS
+        lines.append(
+            f"libnuma      {host.numa_header or 'numa.h not found (apt-get install libnuma-dev)'}"
+        )
     return "\n".join(lines)
+
+
+def _mac_lines(host: Host) -> list[str]:
+    if host.mac is None:
+        return []
+    mac = host.mac
+    cores = (
+        f"{mac.performance_cores} performance + {mac.efficiency_cores} efficiency cores"
+        if mac.performance_cores and mac.efficiency_cores
+        else "core kinds unknown"
+    )
+    page = f"{mac.page_size // 1024} KiB pages" if mac.page_size else "page size unknown"
+    return [
+        f"Mac          {cores}, {page}",
+        "  note: available memory = free + inactive + speculative pages of vm_stat",
+    ]
 
 
 def _tool_list(tools: tuple[Tool, ...]) -> str:

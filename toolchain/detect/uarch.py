@@ -8,6 +8,7 @@ detection is not used: it reads this machine's /proc/cpuinfo only.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from toolchain.detect.proc_cpuinfo import CpuInfo
@@ -51,3 +52,21 @@ def microarchitecture(cpu: CpuInfo, arm_core: str | None) -> str | None:
     if specific:
         return str(max(specific, key=depth).name)
     return _name(arm_core) if arm_core else str(best_generic.name)
+
+
+def apple_silicon(brand: str) -> tuple[str, str]:
+    """(archspec's name, the generic Arm level under it) of an Apple Silicon chip, from its brand
+    string ("Apple M4 Max" -> m4, armv8.6a), as archspec names a Mac's CPU: sysctl shows too few
+    features to tell the chips apart, the brand tells them; a newer M counts down to a known one."""
+    from archspec.cpu import TARGETS
+
+    name, lowered = "aarch64", brand.lower()
+    match = re.search(r"apple\s+m(\d+)", lowered)
+    if match is not None:
+        known = [f"m{n}" for n in range(int(match.group(1)), 0, -1) if f"m{n}" in TARGETS]
+        name = known[0] if known else name
+    elif lowered == "apple processor":  # macOS 11 on an M1 (archspec's darwin-bigsur-m1)
+        name = "m1"
+    target = TARGETS[name]
+    generic = [t for t in (target, *target.ancestors) if t.vendor == "generic"]
+    return name, str(max(generic, key=lambda t: len(t.ancestors)).name)

@@ -138,6 +138,17 @@ class ExpectedCost:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MacosPlan:
+    """What only a macOS build has (plan/darwin.py): the oldest macOS the wheel runs on, its tag."""
+
+    deployment_target: str  # MACOSX_DEPLOYMENT_TARGET
+    wheel_platform: str  # macosx_14_0_arm64
+    build_macos: str | None  # the Mac's own macOS, when its dump says (kern.osproductversion)
+    march: str | None  # the -march upstream's cmake compiles the kernels with
+    clang_min: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class BuildPlan:
     vllm_version: str
     recipe: str
@@ -169,6 +180,7 @@ class BuildPlan:
     dist: DistPlan | None = None
     cmake_min: str = ""
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    macos: MacosPlan | None = None  # None: a Linux build
 
     @property
     def source_folder(self) -> Path:
@@ -182,4 +194,6 @@ class BuildPlan:
             for p in self.patches
         ]
         data["onednn_prune"] = self.onednn_prune and self.onednn_prune.record()
+        if self.macos is None:
+            del data["macos"]  # a Linux plan's JSON stays as it always was
         return data

@@ -80,6 +80,10 @@ NINJA_STATUS = "[%f/%t] "
 
 def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
     host.require_supported()
+    if host.system == "Darwin":
+        from toolchain.plan.darwin import plan_darwin  # imports this module's helpers
+
+        return plan_darwin(host, recipe, options)
     arch = host.arch
     target = choose_target(recipe, arch, host.isa, options.target)
     warnings: list[str] = []

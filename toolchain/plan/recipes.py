@@ -41,6 +41,7 @@ class IsaTarget:
     host_must_have: tuple[str, ...] = ()
     kernel_tiers: tuple[str, ...] = ()  # empty: the era's one `_C`, not chosen by the toolkit
     onednn_isa: str | None = None  # None: oneDNN's own default (every ISA)
+    march: str | None = None  # the -march upstream's cmake compiles with, where data says it
 
 
 # ONEDNN_ENABLE_PRIMITIVE_CPU_ISA's values, lowest first (oneDNN's cmake/options.cmake); its GEMM
@@ -119,6 +120,17 @@ class CompileMemory:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DarwinRecipe:
+    """macOS on Apple Silicon ([darwin]): torch's pin there, the macOS and Apple clang floors, and
+    the ISA model of the release's macOS build."""
+
+    torch: str
+    macos_min: str
+    clang_min: str
+    isa_model: IsaModel
+
+
+@dataclass(frozen=True, kw_only=True)
 class Recipe:
     path: Path
     vllm: Version
@@ -139,6 +151,7 @@ class Recipe:
     patches: tuple[Patch, ...] = ()
     onednn_prune: tuple[OnednnPrune, ...] = ()
     compile_memory: tuple[CompileMemory, ...] = ()  # empty: every unit weighs the flat figure
+    darwin: DarwinRecipe | None = None  # None: no macOS build known for this release
 
     def third_party_for(self, arch: str) -> tuple[ThirdParty, ...]:
         return tuple(dep for dep in self.third_party if dep.arch in (None, arch))
@@ -183,7 +196,7 @@ def _version(value: str, *, where: str) -> Version:
 # Every key a recipe may have, per table: a typo (`tar_sha265`) is an error, not ignored.
 RECIPE_KEYS = {
     "": {"vllm", "source", "python", "torch", "build", "toolchain", "isa_model", "third_party",
-         "drop_requirements", "patches", "onednn_prune", "compile_memory"},
+         "drop_requirements", "patches", "onednn_prune", "compile_memory", "darwin"},
     "source": {"sdist", "sha256", "git_tag"},
     "python": {"requires", "preferred"},
     "torch": {*SUPPORTED_ARCHES, "index"},
@@ -195,6 +208,7 @@ RECIPE_KEYS = {
     "patches": {"file", "versions", "reason", "arch", "enables"},
     "onednn_prune": {"target", "file", "reason"},
     "compile_memory": {"what", "targets", "peak_mib", "pool"},
+    "darwin": {"torch", "macos_min", "clang_min", "isa_model"},
 }  # fmt: skip
 
 
@@ -277,7 +291,23 @@ def parse_recipe(data: dict[str, Any], *, path: Path, models: Mapping[str, IsaMo
             _compile_memory(entry, memory_mib, where=f"{where} compile_memory[{i}]")
             for i, entry in enumerate(_array(data, "compile_memory", where))
         ),
+        darwin=_darwin(data["darwin"], models, where=f"{where} [darwin]")
+        if "darwin" in data
+        else None,
     )
+
+
+def _darwin(data: Any, models: Mapping[str, IsaModel], *, where: str) -> DarwinRecipe:
+    if not isinstance(data, dict):
+        raise DataFileError(f"{where}: must be a table")
+    check_keys(data, RECIPE_KEYS["darwin"], where=where)
+    name = string(data, "isa_model", where=where)
+    if name not in models or models[name].arch != "aarch64":
+        raise DataFileError(f"{where}: key 'isa_model' names no aarch64 model of {ISA_MODELS_FILE}")
+    floors = {key: string(data, key, where=where) for key in ("macos_min", "clang_min")}
+    for key, value in floors.items():
+        _version(value, where=f"{where}: key '{key}'")
+    return DarwinRecipe(torch=string(data, "torch", where=where), isa_model=models[name], **floors)
 
 
 def _array(data: dict[str, Any], key: str, where: str) -> list[dict[str, Any]]:
@@ -479,6 +509,7 @@ def load_isa_models(path: Path) -> Mapping[str, IsaModel]:
                     else ()
                 ),
                 onednn_isa=onednn_isa,
+                march=_optional_string(target, "march", where=at),
                 **lists,
             )
         default = _optional_string(model, "default_target", where=f"{where} [{name}]")

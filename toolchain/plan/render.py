@@ -14,6 +14,7 @@ def render_plan(plan: BuildPlan) -> str:
         f"({plan.isa_model}); wheel version {plan.wheel_version}",
         f"runs on CPUs with {' '.join(plan.min_isa)}",
         plan.target_note,
+        *_macos(plan),
         _kernels(plan),
         *(
             [
@@ -61,6 +62,19 @@ def render_plan(plan: BuildPlan) -> str:
     return "\n".join(lines)
 
 
+def _macos(plan: BuildPlan) -> list[str]:
+    if plan.macos is None:
+        return []
+    mac = plan.macos
+    built_on = f"this Mac runs {mac.build_macos}" if mac.build_macos else "the Mac's macOS unknown"
+    return [
+        f"macOS: wheel tag {mac.wheel_platform} (MACOSX_DEPLOYMENT_TARGET {mac.deployment_target}"
+        f"; {built_on}); Apple clang >= {mac.clang_min}"
+        + (f", -march={mac.march}" if mac.march else "")
+        + "; no libnuma, no oneDNN, no Arm Compute Library (upstream's macOS build)"
+    ]
+
+
 def _kernels(plan: BuildPlan) -> str:
     tiers = (
         f"kernel tiers {', '.join(plan.kernel_tiers)}"
@@ -68,6 +82,8 @@ def _kernels(plan: BuildPlan) -> str:
         else "one kernel library _C"
     )
     onednn = f"oneDNN up to {plan.onednn_isa}" if plan.onednn_isa else "oneDNN as upstream has it"
+    if plan.macos is not None:
+        onednn = "no oneDNN"
     if plan.onednn_prune is not None:
         onednn += f" without the {plan.onednn_prune.units} units it never links"
     return f"{tiers}; {onednn}; vLLM's kernels built {plan.build_type}"
