@@ -6,9 +6,11 @@ asks pip's finder for the file and pip's session for its bytes instead, so every
 apply applies: the index and extra indexes from pip.conf or PIP_* variables, keyring and .netrc
 credentials, proxies, a custom CA (`cert`), client certificates and trusted hosts.
 
-    python -m toolchain.build.pip_sdist PROJECT FILENAME DEST [--index-url URL]
+    [PIP_INDEX_URL=URL] python -m toolchain.build.pip_sdist PROJECT FILENAME DEST
 
-prints `{"url": ..., "index_sha256": ...}` on success. Exit status 3: the index has no such file;
+takes the index from PIP_INDEX_URL as pip does (never from the command line, where every user of
+the machine could read its credentials in /proc/PID/cmdline), and prints
+`{"url": ..., "index_sha256": ...}` on success. Exit status 3: the index has no such file;
 4: the download failed; 5: this pip's internals are not the ones this module knows.
 pip's internals are not a public API: only this module touches them.
 """
@@ -28,14 +30,13 @@ def _fail(code: int, message: str) -> int:
     return code
 
 
-def _download(project: str, filename: str, dest: str, index_url: str | None) -> int:
+def _download(project: str, filename: str, dest: str) -> int:
     from pip._internal.commands import create_command
 
     from toolchain.util.urls import redact
 
     command: Any = create_command("download")
     flags = ["--no-deps", "--no-binary", ":all:", "--quiet", "-d", "."]
-    flags += ["--index-url", index_url] if index_url else []
     with command.main_context():
         options, _ = command.parse_args([*flags, project])
         session = command.get_default_session(options)
@@ -60,11 +61,11 @@ def _download(project: str, filename: str, dest: str, index_url: str | None) -> 
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (3, 5) or (len(argv) == 5 and argv[3] != "--index-url"):
+    if len(argv) != 3:
         return _fail(64, __doc__ or "")
-    project, filename, dest = argv[:3]
+    project, filename, dest = argv
     try:
-        return _download(project, filename, dest, argv[4] if len(argv) == 5 else None)
+        return _download(project, filename, dest)
     except (ImportError, AttributeError, TypeError) as exc:
         return _fail(PIP_CHANGED, f"this pip's internals differ from what is known: {exc!r}")
 

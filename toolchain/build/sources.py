@@ -24,6 +24,7 @@ from toolchain.plan.recipes import Recipe, ThirdParty
 from toolchain.settings import PYPI_SIMPLE
 from toolchain.util import run
 from toolchain.util.files import CHUNK, atomic_path, remove_stale_parts, sha256_file, tar_sha256
+from toolchain.util.net import open_url
 from toolchain.util.report import reporter
 from toolchain.util.simple_api import project_files
 from toolchain.util.source_lock import LOCK_NAME, check_archive, read_lock
@@ -55,7 +56,7 @@ def download(url: str, final: Path, sha256: str) -> Path:
     with atomic_path(final) as temporary:
         digest = hashlib.sha256()
         try:
-            with urllib.request.urlopen(url, timeout=120) as response, temporary.open("wb") as out:
+            with open_url(url, timeout=120) as response, temporary.open("wb") as out:
                 _copy_hashing(response, out, digest)
         except OSError as exc:
             raise SourceError(f"download of {url} failed: {exc}") from exc
@@ -143,19 +144,22 @@ def _pip_download(
     """(URL, sha256 the index states) of `filename` fetched into `dest` by pip's own network layer
     and configuration; None when this Python's pip cannot (then urllib fetches it)."""
     argv: list[str | Path] = [sys.executable, "-m", "toolchain.build.pip_sdist", project]
-    argv += [filename, dest, *(["--index-url", index_url] if index_url != PYPI_SIMPLE else [])]
+    argv += [filename, dest]
+    # the index through the environment: a command line is readable by every user (/proc)
+    env = {**os.environ, **({"PIP_INDEX_URL": index_url} if index_url != PYPI_SIMPLE else {})}
     reporter.detail(f"fetching {filename} through pip (pip's index, credentials, proxy, CA)")
-    result = run.capture(argv, timeout=3600, check=False)
+    result = run.capture(argv, timeout=3600, check=False, env=env)
     if result.returncode == PIP_CHANGED:
         dest.unlink(missing_ok=True)
+        why = redact(result.stderr.strip().splitlines()[-1])
         reporter.warning(
-            f"pip cannot fetch it here ({result.stderr.strip().splitlines()[-1]}); fetching "
-            f"from {redact(index_url)} without pip's configuration"
+            f"pip cannot fetch it here ({why}); fetching from {redact(index_url)} without pip's "
+            "configuration"
         )
         return None
     if result.returncode != 0:
         raise SourceError(
-            result.stderr.strip().splitlines()[-1]
+            redact(result.stderr.strip().splitlines()[-1])
             if result.stderr.strip()
             else f"pip could not fetch {filename} (exit {result.returncode})",
             hint="check pip's configuration (pip config list) or --index-url, or put the "

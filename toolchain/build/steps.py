@@ -39,6 +39,7 @@ from toolchain.runtime_deps import PipSources
 from toolchain.util import run
 from toolchain.util.files import MARKER as UNPACK_MARKER
 from toolchain.util.files import atomic_path, file_lock, sha256_file, tar_sha256, unpack_tar
+from toolchain.util.index_env import secret_indexes_to_env, with_env
 from toolchain.util.net import github_reachable
 from toolchain.util.report import duration, reporter
 from toolchain.util.source_lock import check_archive
@@ -216,9 +217,11 @@ def install_requirements(build: BuildRun) -> None:
             f"{torch.index_url} is unreachable: torch must come from --find-links "
             "or pip's own configuration"
         )
+    argv, extra = secret_indexes_to_env([*map(str, pip), *sources.args(), torch.requirement])
     run.run_logged(
-        [*pip, *sources.args(), torch.requirement],
+        argv,
         log=build.log,
+        env=with_env(os.environ, extra),
         what=f"installing {torch.requirement}",
     )
     probe = run.capture(

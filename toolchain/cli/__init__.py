@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from toolchain.cli import build, detect, publish, verify
 from toolchain.cli.common import Parser
 from toolchain.errors import ToolchainError
+from toolchain.util.urls import redact
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,9 +32,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.handler(args)
         return code
     except ToolchainError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
+        print(f"error: {redact(exc.message)}", file=sys.stderr)
         if exc.hint:
-            print(f"  next: {exc.hint}", file=sys.stderr)
+            print(f"  next: {redact(exc.hint)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

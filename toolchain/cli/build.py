@@ -28,6 +28,7 @@ from toolchain.plan.planner import plan_build
 from toolchain.plan.render import render_plan
 from toolchain.settings import BUILD_SETTINGS, BuildOptions, add_setting_flags, build_options
 from toolchain.util.platform import SUPPORTED_ARCHES, machine_arch
+from toolchain.util.urls import redact
 
 
 def options_from_args(args: argparse.Namespace) -> tuple[dict[str, Any], BuildOptions]:
@@ -42,7 +43,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         print_json(plan.to_json())
     else:
-        print(render_plan(plan))
+        print(redact(render_plan(plan)))
     return 0
 
 

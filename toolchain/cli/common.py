@@ -13,6 +13,7 @@ from toolchain.detect.host import Host, detect_host
 from toolchain.errors import UsageError
 from toolchain.plan.recipes import Recipe, default_recipes_dir, known_versions, load_recipe
 from toolchain.settings import ALL_SETTINGS, SETTINGS_FILE, read_toml_settings, resolve_settings
+from toolchain.util.urls import redact_json
 
 
 class Parser(argparse.ArgumentParser):
@@ -30,7 +31,7 @@ def existing_file(value: str) -> Path:
 
 
 def print_json(data: object) -> None:
-    json.dump(data, sys.stdout, indent=2, sort_keys=True)
+    json.dump(redact_json(data), sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")
 
 

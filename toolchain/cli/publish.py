@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from toolchain.publish.install_command import plan_install, plan_uv_install
 from toolchain.publish.upload import upload
 from toolchain.settings import add_setting_flags, publish_options, settings_named
 from toolchain.util import run
+from toolchain.util.index_env import secret_indexes_to_env, with_env
 from toolchain.util.urls import checked_url, redact
 
 PUBLISH_FLAGS = settings_named("wheel_dir", "index_dir", "upload", "work_dir", "wheel_variants")
@@ -77,11 +79,13 @@ def cmd_install_command(args: argparse.Namespace) -> int:
         plan = plan_uv_install(index, isa, uv=_find_uv(), **common)
     else:
         plan = plan_install(index, isa, **common)
-    print(plan.render())
+    print(redact(plan.render()))
     if args.run:
         log = options.work_dir / "install.log"
         for command in plan.commands:
-            run.run_logged(list(command), log=log, what=f"{args.installer} install")
+            argv, extra = secret_indexes_to_env(command, uv=args.installer == "uv")
+            env = with_env(os.environ, extra)
+            run.run_logged(argv, log=log, env=env, what=f"{args.installer} install")
         print(f"installed {plan.chosen.filename} (log: {log})")
     return 0
 

@@ -16,7 +16,7 @@ from toolchain.errors import UsageError
 from toolchain.settings import add_setting_flags, pip_sources, settings_named, work_dir
 from toolchain.util.files import atomic_path
 from toolchain.util.units import gib
-from toolchain.util.urls import checked_url
+from toolchain.util.urls import checked_url, redact, redact_json
 from toolchain.verify.flow import CHECK_NAMES, VerifyOptions, verify
 from toolchain.verify.kernels import describe, load_kernels, package_dir
 from toolchain.verify.memflag import DEFAULT_UTILIZATION, describe_node, node_memory, reservation
@@ -146,11 +146,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     state = verify(verify_options(args))
     report = state.logs / "report.json"
     with atomic_path(report) as temporary:
-        temporary.write_text(json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n")
+        temporary.write_text(
+            json.dumps(redact_json(state.to_json()), indent=2, sort_keys=True) + "\n"
+        )
     if args.json:
         print_json(state.to_json())
     else:
-        print(render(state.results, state.checks_seconds))
+        print(redact(render(state.results, state.checks_seconds)))
         print(f"report: {report}")
     return 1 if worst(state.results) == FAIL else 0
 

@@ -32,6 +32,7 @@ from toolchain.publish.index import target_min_isa
 from toolchain.runtime_deps import PipSources, RuntimePlan, plan_requirements
 from toolchain.settings import PYPI_SIMPLE
 from toolchain.util import run
+from toolchain.util.index_env import CREDENTIALS_NOTE, shown_command
 from toolchain.util.simple_api import IndexFile, project_files, read_url
 from toolchain.wheelfile import metadata_requirements, requires_dist
 
@@ -71,7 +72,9 @@ class InstallPlan:
         if self.deps.left_out:
             lines.append(f"# left out {self.deps.describe_left_out()}")
         lines += [f"# {note}" for note in self.notes]
-        lines += [shlex.join(command) for command in self.commands]
+        shown = [shown_command(command) for command in self.commands]
+        lines += [f"# {CREDENTIALS_NOTE}"] if any(hidden for _, hidden in shown) else []
+        lines += [shlex.join(argv) for argv, _ in shown]
         return "\n".join(lines)
 
 

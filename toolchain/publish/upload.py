@@ -1,7 +1,8 @@
 """Upload wheels to a real index server with twine; refuse clashes; leave nothing half-done.
 
-Credentials come from twine's own sources (TWINE_USERNAME / TWINE_PASSWORD or keyring) and are
-never put on a command line, printed or logged. Before anything is sent, every wheel is looked up
+Credentials come from the URL's user part or twine's own sources (TWINE_USERNAME / TWINE_PASSWORD
+or keyring) and are never put on a command line, printed or logged: twine gets the URL and the
+credentials through its environment. Before anything is sent, every wheel is looked up
 on the server: the same file is skipped, a different file under the same name is a clash and
 nothing is uploaded. If an upload fails part-way, the files this run sent are removed again.
 """
@@ -14,27 +15,19 @@ import re
 import sys
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from toolchain.errors import ProcessFailedError, PublishError
 from toolchain.util import run
 from toolchain.util.files import sha256_file
+from toolchain.util.net import open_url
 from toolchain.util.simple_api import project_files
-from toolchain.util.urls import redact
+from toolchain.util.urls import redact, split_credentials
 
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None  # a redirect elsewhere means: not on this server
-
-
-NO_REDIRECTS = urllib.request.build_opener(_NoRedirect)
 # Whole words only: a traceback's "line 1401" is not a refusal (seen on Python 3.13).
 AUTH_REFUSAL = re.compile(
     r"\b40[13]\b|Invalid or non-existent authentication|Forbidden|Unauthorized"
@@ -61,7 +54,7 @@ def existing_files(upload_url: str, project: str) -> dict[str, str]:
     """filename -> sha256 of what the server already has for `project`."""
     url = f"{simple_url(upload_url)}/{canonicalize_name(project)}/"
     try:
-        files = project_files(url, timeout=30, opener=NO_REDIRECTS)
+        files = project_files(url, timeout=30, redirects=False)  # elsewhere: not on this server
     except urllib.error.HTTPError as exc:
         if exc.code == 404 or 300 <= exc.code < 400:  # pypiserver redirects unknown names to PyPI
             return {}
@@ -114,11 +107,10 @@ def upload(wheels: Sequence[Path], upload_url: str, log: Path) -> UploadReport:
                     "upload",
                     "--non-interactive",
                     "--disable-progress-bar",
-                    "--repository-url",
-                    upload_url,
                     wheel,
                 ],
                 log=log,
+                env=twine_env(upload_url, os.environ),
                 what=f"uploading {wheel.name}",
             )
         except ProcessFailedError as exc:
@@ -178,15 +170,15 @@ def roll_back(
 
 def _remove_version(project: str, version: str, upload_url: str) -> str:
     """'' once the server accepted pypiserver's remove_pkg; otherwise why not."""
-    headers = _auth_header(os.environ)
+    env = twine_env(upload_url, os.environ)
+    headers = _auth_header(env)
     if not headers:
         return "no TWINE_USERNAME/TWINE_PASSWORD in the environment to remove it with"
     body = urllib.parse.urlencode(
         {":action": "remove_pkg", "name": project, "version": version}
     ).encode()
-    request = urllib.request.Request(upload_url, data=body, headers=headers)
     try:
-        urllib.request.urlopen(request, timeout=30).close()
+        open_url(env["TWINE_REPOSITORY_URL"], data=body, headers=headers, timeout=30).close()
     except OSError as exc:
         return redact(f"the server refused to remove it: {exc}")
     return ""
@@ -223,6 +215,16 @@ def _upload_error(
         f"uploading {wheel.name} to {url} failed{f' ({reason})' if reason else ''}{undone}",
         hint=redact(exc.hint),
     )
+
+
+def twine_env(upload_url: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """twine's environment for `upload_url`: the URL without its user part, and the credentials
+    (from the URL, else TWINE_USERNAME / TWINE_PASSWORD), never on its command line."""
+    bare, credentials = split_credentials(upload_url)
+    env = {**environ, "TWINE_REPOSITORY_URL": bare}
+    if credentials is not None:
+        env["TWINE_USERNAME"], env["TWINE_PASSWORD"] = credentials
+    return env
 
 
 def _auth_header(environ: Mapping[str, str]) -> dict[str, str]:

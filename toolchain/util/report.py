@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from toolchain.util.urls import redact
+
 
 def duration(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
@@ -33,7 +35,7 @@ class Reporter:
         return self._stream or sys.stdout  # looked up late, so captured output sees it
 
     def line(self, text: str = "", *, end: str = "\n") -> None:
-        self.stream.write(text + end)
+        self.stream.write(redact(text) + end)  # a URL's credentials never reach a screen
         self.stream.flush()
 
     def detail(self, text: str) -> None:

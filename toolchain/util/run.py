@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolchain.errors import ProcessFailedError, ToolMissingError
+from toolchain.errors import ProcessFailedError, ToolMissingError, UsageError
 from toolchain.util.report import reporter
-from toolchain.util.urls import redact
+from toolchain.util.urls import has_secret, redact, redact_env
 
 # How to get a program a step needs, in the words of a Debian or PyPI user.
 INSTALL_HINTS = {
@@ -36,6 +36,18 @@ class Output:
     stderr: str
 
 
+def no_secrets_in(argv: Sequence[str]) -> list[str]:
+    """`argv` if none of its words holds a credential; a command line is readable by every user
+    of the machine (/proc/PID/cmdline), so a credential goes to a child through its environment."""
+    if any(has_secret(word) for word in argv):
+        raise UsageError(
+            f"refusing to put a credential on the command line of {redact(shlex.join(argv))}: "
+            "anyone on this machine could read it",
+            hint="give the credentials through the environment, ~/.netrc or keyring",
+        )
+    return list(argv)
+
+
 def resolve(program: str | Path) -> str:
     """Return the absolute path of `program`, or fail naming how to install it."""
     found = shutil.which(str(program))
@@ -54,7 +66,7 @@ def capture(
     env: Mapping[str, str] | None = None,
 ) -> Output:
     """Run a short query (`g++ -dumpfullversion`, the CPU probe) and return what it printed."""
-    resolved = [resolve(argv[0]), *(str(arg) for arg in argv[1:])]
+    resolved = no_secrets_in([resolve(argv[0]), *(str(arg) for arg in argv[1:])])
     try:
         done = subprocess.run(
             resolved,
@@ -73,7 +85,7 @@ def capture(
     if check and done.returncode != 0:
         detail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
         raise ProcessFailedError(
-            f"{' '.join(output.argv)} failed with exit code {done.returncode}: {detail[0]}"
+            redact(f"{' '.join(output.argv)} failed with exit code {done.returncode}: {detail[0]}")
         )
     return output
 
@@ -85,10 +97,10 @@ def changed_env(env: Mapping[str, str]) -> dict[str, str]:
 
 def announce(argv: Sequence[str | Path], env: Mapping[str, str] | None = None) -> None:
     """Print the command shell-quoted, after the environment variables it changes."""
-    changes = changed_env(env) if env is not None else {}
+    changes = redact_env(changed_env(env)) if env is not None else {}
     prefix = " ".join(f"{key}={shlex.quote(value)}" for key, value in sorted(changes.items()))
     command = redact(shlex.join(str(arg) for arg in argv))
-    reporter.line(f"+ {redact(prefix) + ' ' if prefix else ''}{command}")
+    reporter.line(f"+ {prefix + ' ' if prefix else ''}{command}")
 
 
 def tail(path: Path, lines: int = 30) -> str:
@@ -107,7 +119,7 @@ def run_logged(
     what: str = "",
 ) -> None:
     """Run a long step with its output appended to `log`; on failure show the log's last lines."""
-    resolved = [resolve(argv[0]), *(str(arg) for arg in argv[1:])]
+    resolved = no_secrets_in([resolve(argv[0]), *(str(arg) for arg in argv[1:])])
     announce(resolved, env)
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as handle:
@@ -133,7 +145,7 @@ def start_logged(
     argv: Sequence[str | Path], *, log: Path, env: Mapping[str, str], cwd: Path
 ) -> subprocess.Popen[bytes]:
     """Start a long-running program (a server) in its own process group, output to `log`."""
-    resolved = [resolve(argv[0]), *(str(arg) for arg in argv[1:])]
+    resolved = no_secrets_in([resolve(argv[0]), *(str(arg) for arg in argv[1:])])
     announce(resolved, env)
     with log.open("w") as handle:
         return subprocess.Popen(
@@ -150,7 +162,7 @@ def start_streaming(
     argv: Sequence[str | Path], *, env: Mapping[str, str], cwd: Path
 ) -> subprocess.Popen[str]:
     """Start a long program (the compile) in its own process group; its output is read live."""
-    resolved = [resolve(argv[0]), *(str(arg) for arg in argv[1:])]
+    resolved = no_secrets_in([resolve(argv[0]), *(str(arg) for arg in argv[1:])])
     announce(resolved, env)
     return subprocess.Popen(
         resolved,

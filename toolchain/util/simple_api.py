@@ -8,10 +8,11 @@ sdist, a PublishError for publish and install-command).
 from __future__ import annotations
 
 import json
-import urllib.request
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from urllib.parse import urldefrag, urljoin
+
+from toolchain.util.net import open_url
 
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 Anchor = tuple[dict[str, str | None], str]
@@ -81,27 +82,15 @@ def parse_project_page(body: bytes, content_type: str, page_url: str) -> list[In
 
 
 def read_url(
-    url: str,
-    accept: str = "*/*",
-    *,
-    timeout: float = 60,
-    opener: urllib.request.OpenerDirector | None = None,
+    url: str, accept: str = "*/*", *, timeout: float = 60, redirects: bool = True
 ) -> tuple[bytes, str]:
     """(body, content type) of `url`; OSError (HTTPError included) when it cannot be read."""
-    request = urllib.request.Request(url, headers={"Accept": accept})
-    opened = (
-        opener.open(request, timeout=timeout)
-        if opener
-        else urllib.request.urlopen(request, timeout=timeout)
-    )
-    with opened as response:
-        return response.read(), response.headers.get("Content-Type", "")
+    with open_url(url, headers={"Accept": accept}, timeout=timeout, redirects=redirects) as answer:
+        return answer.read(), answer.headers.get("Content-Type", "")
 
 
-def project_files(
-    page_url: str, *, timeout: float = 60, opener: urllib.request.OpenerDirector | None = None
-) -> list[IndexFile]:
+def project_files(page_url: str, *, timeout: float = 60, redirects: bool = True) -> list[IndexFile]:
     """The files on one project page (`.../simple/<project>/`); a file:// index reads index.html."""
     where = page_url + ("index.html" if page_url.startswith("file:") else "")
-    body, kind = read_url(where, JSON_ACCEPT, timeout=timeout, opener=opener)
+    body, kind = read_url(where, JSON_ACCEPT, timeout=timeout, redirects=redirects)
     return parse_project_page(body, kind, page_url)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from packaging.utils import parse_wheel_filename
 from toolchain.errors import KernelCheckError, UsageError
 from toolchain.runtime_deps import PipSources, RuntimePlan, runtime_requirements
 from toolchain.util import run
+from toolchain.util.index_env import secret_indexes_to_env, with_env
 from toolchain.verify.kernels import SIGILL_CODES
 from toolchain.verify.results import CheckResult, Findings
 from toolchain.wheelfile import check_wheel
@@ -22,26 +24,17 @@ PROBE = Path(__file__).parent / "scripts" / "probe_env.py"
 
 def wheel_from_index(index_url: str, package: str, dest: Path, log: Path) -> Path:
     """Download the wheel pip would pick for this machine from `index_url`, and from no other
-    index: --isolated keeps pip's configured extra indexes and find-links out of this call."""
+    index: as with --isolated, no pip configuration file and no PIP_* variable of the caller
+    applies, while the index itself (credentials and all) goes through PIP_INDEX_URL."""
     shutil.rmtree(dest, ignore_errors=True)  # the wheel of an earlier run is not this one
     dest.mkdir(parents=True)
+    download = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:"]
+    argv, extra = secret_indexes_to_env([*download, "--index-url", index_url, "--dest", str(dest)])
+    isolated = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
     run.run_logged(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--isolated",
-            "--no-deps",
-            "--only-binary",
-            ":all:",
-            "--index-url",
-            index_url,
-            "--dest",
-            dest,
-            package,
-        ],
+        [*argv, package],
         log=log,
+        env={**isolated, "PIP_CONFIG_FILE": os.devnull, **extra},
         what=f"downloading {package} from {index_url}",
     )
     wheels = sorted(dest.glob("*.whl"))
@@ -85,7 +78,8 @@ def create_env(wheel: Path, venv: Path, sources: PipSources, log: Path) -> Runti
         "install",
         "--disable-pip-version-check",
     ]
-    run.run_logged([*pip, *sources.args(), *deps.install], log=log, what="installing requirements")
+    argv, extra = secret_indexes_to_env([*map(str, pip), *sources.args(), *deps.install])
+    run.run_logged(argv, log=log, env=with_env(os.environ, extra), what="installing requirements")
     run.run_logged([*pip, "--no-deps", wheel], log=log, what=f"installing {wheel.name}")
     return deps
 
