@@ -90,9 +90,10 @@ def url_parts(value: str, flag: str) -> urllib.parse.SplitResult:
     shown = redact(value)
     try:
         parts = urllib.parse.urlsplit(value)
-    except ValueError as exc:  # an unbalanced [ or ] (urllib's only complaint)
+    except ValueError as exc:  # urllib's words may quote the password: not repeated
         raise UsageError(
-            f"{flag} {shown}: not a URL (an unbalanced '[' or ']')",
+            f"{flag} {shown}: not a URL (an unbalanced '[' or ']', or a host in [ ] that is not "
+            "an IPv6 address)",
             hint="an IPv6 host is written in brackets: http://[::1]:8080/",
         ) from exc
     try:

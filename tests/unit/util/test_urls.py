@@ -142,6 +142,7 @@ def test_errors_about_a_url_never_show_its_credentials(
         (f"https://u:pa/{SECRET}@host/simple/", "the port is not a number"),
         ("http://[::1/simple/", "an unbalanced '['"),
         ("http://::1]:8080/simple/", "an unbalanced"),
+        ("http://[zz]:8080/simple/", "not an IPv6 address"),
     ],
 )
 def test_a_bad_port_or_ipv6_host_is_one_usage_error(
