@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import secrets
 import socket
 import subprocess
@@ -213,6 +214,27 @@ def test_install_command_run_has_no_credential_on_pip_s_command_line(
     seen, out = _scan_while_held(argv, b"pip\x00install", secret, stalling_index, child_env)
     assert seen >= 5, out
     assert stalling_index.held[0].startswith("pip/") and secret not in out
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 level variants")
+def test_install_command_run_has_no_credential_on_uv_s_command_line(
+    tmp_path: Path,
+    stalling_index: StallingIndex,
+    child_env: dict[str, str],
+    make_wheel: Callable[..., Path],
+) -> None:
+    secret = secrets.token_urlsafe(12)
+    wheels = tmp_path / "wheels"
+    make_wheel(wheels, "vcbdemo", "1.0+cpu.avx2", tag="py3-none-linux_x86_64")
+    publish_index(sorted(wheels.glob("*.whl")), stalling_index.folder / "i", wheel_variants=True)
+    target = tmp_path / "target"
+    venv.create(target, with_pip=False)
+    url = f"http://u:{secret}@{stalling_index.url}/i/"
+    argv = ["install-command", "--installer", "uv", "--python", str(target / "bin" / "python"),
+            "--run", "--package", "vcbdemo", "--index", url]  # fmt: skip
+    seen, out = _scan_while_held(argv, b"uv\x00pip\x00install", secret, stalling_index, child_env)
+    assert seen >= 5, out
+    assert stalling_index.held[0].startswith("uv/") and secret not in out
 
 
 def test_verify_index_has_no_credential_on_pip_s_command_line(
