@@ -69,3 +69,9 @@ def tests(session: nox.Session) -> None:
     session.run("ruff", "check", "toolchain", "tests", "noxfile.py")
     session.run("mypy")
     session.run("pytest", "-m", "not vllm", *session.posargs)
+
+
+@nox.session(name="new-recipe")
+def new_recipe(session: nox.Session) -> None:
+    """Write a recipe from a vLLM release's sdist (`-- --vllm 0.33.0 [--to DIR]`)."""
+    _toolchain(session, "new-recipe")

@@ -335,3 +335,35 @@ def fill_mirror(
             hint="--arch limits the mirror to the architectures you build for; "
             "--git NAME=REPO makes an archive from a local clone",
         )
+
+
+def fetch_new_sdist(*, sdist: str, cache_root: Path, index_url: str) -> tuple[Path, str]:
+    """(path, sha256) of an sdist no recipe records yet (`new-recipe`): through pip's
+    configuration as `fetch_sdist`, checked against the sha256 the index states, and kept where
+    `build-wheel` looks for it (cache_root/SHA256/SDIST)."""
+    for cached in sorted(cache_root.glob(f"*/{sdist}")):
+        if sha256_file(cached) == cached.parent.name:
+            reporter.detail(f"{sdist}: cached at {cached}")
+            return cached, cached.parent.name
+    with file_errors_as_source_errors(cache_root):
+        staging = cache_root / "new" / sdist
+        project = sdist.split("-")[0]
+        with atomic_path(staging) as temporary:
+            fetched = _pip_download(project, sdist, temporary, index_url)
+            if fetched is None:
+                url, stated = index_file_url(index_url, project, sdist)
+                urllib.request.urlretrieve(url, temporary)
+            else:
+                url, stated = fetched
+            found = sha256_file(temporary)
+            if stated is None:
+                reporter.warning(f"{redact(url)} states no sha256: recording the file's own")
+            elif stated != found:
+                raise SourceError(
+                    f"{redact(url)} has sha256 {found}, the index states {stated}",
+                    hint="the download was damaged or tampered with; nothing was kept",
+                )
+        final = cache_root / found / sdist
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staging.replace(final)
+    return final, found

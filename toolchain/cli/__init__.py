@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from toolchain.cli import build, detect, publish, verify
+from toolchain.cli import build, detect, publish, recipe, verify
 from toolchain.cli.common import Parser
 from toolchain.errors import ToolchainError
 from toolchain.util.urls import redact
@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m toolchain", description="Build vLLM for CPUs, verify the wheel, publish it."
     )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for area in (detect, build, verify, publish):
+    for area in (detect, build, recipe, verify, publish):
         area.configure_parser(commands)
     return parser
 

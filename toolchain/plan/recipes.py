@@ -152,6 +152,7 @@ class Recipe:
     onednn_prune: tuple[OnednnPrune, ...] = ()
     compile_memory: tuple[CompileMemory, ...] = ()  # empty: every unit weighs the flat figure
     darwin: DarwinRecipe | None = None  # None: no macOS build known for this release
+    inherited_from: Version | None = None  # whose measured figures these are; None: this release's
 
     def third_party_for(self, arch: str) -> tuple[ThirdParty, ...]:
         return tuple(dep for dep in self.third_party if dep.arch in (None, arch))
@@ -196,7 +197,8 @@ def _version(value: str, *, where: str) -> Version:
 # Every key a recipe may have, per table: a typo (`tar_sha265`) is an error, not ignored.
 RECIPE_KEYS = {
     "": {"vllm", "source", "python", "torch", "build", "toolchain", "isa_model", "third_party",
-         "drop_requirements", "patches", "onednn_prune", "compile_memory", "darwin"},
+         "drop_requirements", "patches", "onednn_prune", "compile_memory", "darwin",
+         "inherited_from"},
     "source": {"sdist", "sha256", "git_tag"},
     "python": {"requires", "preferred"},
     "torch": {*SUPPORTED_ARCHES, "index"},
@@ -247,9 +249,13 @@ def parse_recipe(data: dict[str, Any], *, path: Path, models: Mapping[str, IsaMo
                 f"of {ISA_MODELS_FILE} ('{name}')"
             )
         isa_models[arch] = models[name]
+    inherited = _optional_string(data, "inherited_from", where=where)
     return Recipe(
         path=path,
         vllm=vllm,
+        inherited_from=(
+            None if inherited is None else _version(inherited, where=f"{where}: key 'inherited_from'")
+        ),
         sdist=_file_name(source, "sdist", where=f"{where} [source]"),
         sha256=sha256_hex(source, "sha256", where=f"{where} [source]"),
         git_tag=_optional_string(source, "git_tag", where=f"{where} [source]"),
