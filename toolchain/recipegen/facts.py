@@ -13,6 +13,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from toolchain.errors import DataFileError
+from toolchain.runtime_deps import PYTORCH_CPU_INDEX
 from toolchain.recipegen.sdist import (
     BUILD_REQUIREMENTS,
     CMAKELISTS,
@@ -66,11 +67,12 @@ def cmake_minimum(files: SdistFiles) -> str:
 
 
 def _lines(text: str, where: str) -> list[Requirement]:
-    """The requirements of a requirements file; an option line (-r, -c, --index-url) is refused."""
+    """The requirements of a requirements file; an option line (-r, -c) is refused, except the
+    PyTorch CPU index the recipe's torch comes from anyway (vLLM 0.20 to 0.24)."""
     found = []
     for raw in text.splitlines():
         line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
-        if not line:
+        if not line or line.split() == ["--extra-index-url", PYTORCH_CPU_INDEX]:
             continue
         if line.startswith("-"):
             raise DataFileError(f"{where}: '{line}' is an option line this generator does not read")
@@ -129,7 +131,7 @@ def _cpu_lines(files: SdistFiles) -> list[Requirement]:
 def _raw_lines(text: str) -> list[str]:
     """Requirement lines as upstream writes them, comments and blank lines left out."""
     lines = (raw.split(" #", 1)[0].strip() for raw in text.splitlines())
-    return [line for line in lines if line and not line.startswith("#")]
+    return [line for line in lines if line and not line.startswith(("#", "-"))]
 
 
 def drop_reason(url: str) -> str:
