@@ -16,6 +16,7 @@ ALLOWED = {
     "build": {"plan", "detect", "util", "top:__init__"} | EVERY_TOP,
     "verify": {"detect", "util"} | EVERY_TOP,
     "publish": {"plan", "util"} | EVERY_TOP,
+    "recipegen": {"plan", "util"} | EVERY_TOP,
     "top": {"util"} | EVERY_TOP,
 }
 

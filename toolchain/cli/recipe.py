@@ -9,13 +9,14 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from toolchain.build.sources import fetch_new_sdist
-from toolchain.cli.common import settings_values
+from toolchain.cli.common import existing_file, settings_values
 from toolchain.errors import UsageError
 from toolchain.plan.recipes import default_recipes_dir
 from toolchain.recipegen.new_recipe import Generated, generate, refuse_existing, write_recipe
-from toolchain.settings import add_setting_flags, checked_url, settings_named, work_dir
+from toolchain.settings import add_setting_flags, settings_named, work_dir
 from toolchain.util.files import sha256_file
 from toolchain.util.report import reporter
+from toolchain.util.urls import checked_url
 
 NEW_RECIPE_FLAGS = settings_named("recipes", "index_url", "work_dir")
 
@@ -28,7 +29,9 @@ def cmd_new_recipe(args: argparse.Namespace) -> int:
     refuse_existing(to / f"vllm-{version}.toml", force=args.force)  # before a 50 MB download
     if args.sdist is not None:
         sdist, sha256 = args.sdist, sha256_file(args.sdist)
-        reporter.warning(f"{sdist}: its sha256 {sha256} is the file's own, checked against no index")
+        reporter.warning(
+            f"{sdist}: its sha256 {sha256} is the file's own, checked against no index"
+        )
     else:
         sdist, sha256 = fetch_new_sdist(
             sdist=f"vllm-{version}.tar.gz",
@@ -68,9 +71,9 @@ def configure_parser(commands: Any) -> None:
     new.add_argument("--force", action="store_true", help="overwrite an existing recipe")
     new.add_argument(
         "--sdist",
-        type=Path,
-        help="read this sdist (.tar.gz or unpacked folder) instead of fetching it; its hash is "
-        "then checked against no index",
+        type=existing_file,
+        help="read this sdist (.tar.gz) instead of fetching it; its hash is then checked "
+        "against no index",
     )
     add_setting_flags(new, NEW_RECIPE_FLAGS)
     new.set_defaults(handler=cmd_new_recipe)

@@ -181,7 +181,8 @@ def load_recipe(recipes_dir: Path, version: str) -> Recipe:
         known = ", ".join(known_versions(recipes_dir)) or "none"
         raise UsageError(
             f"no recipe for vLLM {version} in {recipes_dir}",
-            hint=f"known versions: {known}; or add {path.name} (see recipes/README.md)",
+            hint=f"`python -m toolchain new-recipe --vllm {version}` (nox -s new-recipe -- --vllm "
+            f"{version}) writes one from the release's sdist; known versions: {known}",
         )
     models = load_isa_models(recipes_dir / ISA_MODELS_FILE)
     return parse_recipe(load_toml(path), path=path, models=models)
@@ -254,7 +255,7 @@ def parse_recipe(data: dict[str, Any], *, path: Path, models: Mapping[str, IsaMo
         path=path,
         vllm=vllm,
         inherited_from=(
-            None if inherited is None else _version(inherited, where=f"{where}: key 'inherited_from'")
+            None if inherited is None else _version(inherited, where=f"{where}: inherited_from")
         ),
         sdist=_file_name(source, "sdist", where=f"{where} [source]"),
         sha256=sha256_hex(source, "sha256", where=f"{where} [source]"),

@@ -51,8 +51,13 @@ AARCH64_BRANCH = re.compile(r"^\s*(else)?if\s*\(\s*ASIMD_FOUND\b")
 def load_eras(path: Path, models: Mapping[str, IsaModel]) -> tuple[list[Era], frozenset[str]]:
     """The eras of isa-eras.toml, and the switches of architectures the toolkit does not build."""
     data, where = load_toml(path), str(path)
-    ignored = frozenset(string_list(table(data, OTHER_ARCHES, where=where), "ignored_switches",
-                                     where=f"{where} [{OTHER_ARCHES}]"))
+    ignored = frozenset(
+        string_list(
+            table(data, OTHER_ARCHES, where=where),
+            "ignored_switches",
+            where=f"{where} [{OTHER_ARCHES}]",
+        )
+    )
     eras = []
     for name in (key for key in data if key != OTHER_ARCHES):
         entry, at = table(data, name, where=where), f"{where} [{name}]"
@@ -74,7 +79,9 @@ def load_eras(path: Path, models: Mapping[str, IsaModel]) -> tuple[list[Era], fr
     return eras, ignored
 
 
-def recognise_eras(text: str, eras: list[Era], ignored: frozenset[str], *, where: str) -> dict[str, str]:
+def recognise_eras(
+    text: str, eras: list[Era], ignored: frozenset[str], *, where: str
+) -> dict[str, str]:
     """arch -> ISA model name, each from exactly one era of isa-eras.toml."""
     switches = set(re.findall(r"ENV\{(VLLM_CPU_\w+)\}", text))
     targets = set(re.findall(r"define_extension_target\(\s*(\w+)", text))
@@ -88,7 +95,9 @@ def recognise_eras(text: str, eras: list[Era], ignored: frozenset[str], *, where
     for arch in SUPPORTED_ARCHES:
         mine = [era for era in eras if era.arch == arch]
         seen = switches & {s for era in mine for s in era.switches}
-        matches = [era.model for era in mine if era.switches == seen and _targets_match(era, targets)]
+        matches = [
+            era.model for era in mine if era.switches == seen and _targets_match(era, targets)
+        ]
         if len(matches) != 1:
             raise DataFileError(
                 f"{where}: {arch} switches {sorted(seen) or 'none'} and kernel libraries "
@@ -108,9 +117,11 @@ def gxx_minimum(text: str, *, where: str) -> str:
     """The g++ version the x86 build requires (a FATAL_ERROR from 0.17, a warning before)."""
     found = re.findall(r"requires gcc/g\+\+ >= ([0-9]+(?:\.[0-9]+)*)", text)
     if not found:
-        raise DataFileError(f"{where}: no 'requires gcc/g++ >= X' message: the g++ minimum is unknown")
+        raise DataFileError(
+            f"{where}: no 'requires gcc/g++ >= X' message: the g++ minimum is unknown"
+        )
     versions = sorted(set(found), key=lambda v: tuple(int(p) for p in v.split(".")))
-    return versions[-1]
+    return str(versions[-1])
 
 
 def downloads(text: str, *, where: str) -> list[Download]:
@@ -124,7 +135,7 @@ def downloads(text: str, *, where: str) -> list[Download]:
             continue  # a local SOURCE_DIR, not a download
         if name not in KNOWN_DOWNLOADS:
             raise DataFileError(
-                f"{where}: downloads '{name}' ({repo.group(1)}), which this generator does not know",
+                f"{where}: downloads '{name}' ({repo.group(1)}), which the generator does not know",
                 hint="add it to KNOWN_DOWNLOADS in toolchain/recipegen/cmake_facts.py",
             )
         found.append((name, repo.group(1), tag.group(1), _in_aarch64_branch(text, call.start())))

@@ -13,7 +13,6 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from toolchain.errors import DataFileError
-from toolchain.runtime_deps import PYTORCH_CPU_INDEX
 from toolchain.recipegen.sdist import (
     BUILD_REQUIREMENTS,
     CMAKELISTS,
@@ -22,8 +21,9 @@ from toolchain.recipegen.sdist import (
     PYPROJECT,
     SdistFiles,
 )
+from toolchain.runtime_deps import PYTORCH_CPU_INDEX
 
-# The platforms whose torch pin is read from the markers: the recipe's two, and macOS for the report.
+# Platforms whose torch pin is read from the markers: the recipe's two, and macOS for the report.
 PLATFORMS: Mapping[str, dict[str, str]] = {
     "x86_64": {"platform_machine": "x86_64", "platform_system": "Linux", "sys_platform": "linux"},
     "aarch64": {"platform_machine": "aarch64", "platform_system": "Linux", "sys_platform": "linux"},
@@ -138,7 +138,11 @@ def drop_reason(url: str) -> str:
     """Why a direct-URL requirement is left out of the wheel, naming what it points at."""
     parsed = urlparse(url)
     parts = parsed.path.strip("/").split("/")
-    if parsed.hostname == "github.com" and len(parts) >= 5 and parts[2:4] == ["releases", "download"]:
+    if (
+        parsed.hostname == "github.com"
+        and len(parts) >= 5
+        and parts[2:4] == ["releases", "download"]
+    ):
         project, tag = parts[1], parts[4].removeprefix("v")
         return (
             f"a direct GitHub URL ({project} {tag}); install {project} from your own mirror "

@@ -31,7 +31,13 @@ from toolchain.recipegen.inherit import (
 )
 from toolchain.recipegen.patch_check import DryRun, dry_run
 from toolchain.recipegen.render import Section, render
-from toolchain.recipegen.sdist import CPU_EXTENSION, FACT_FILES, SdistFiles, patch_targets, read_sdist
+from toolchain.recipegen.sdist import (
+    CPU_EXTENSION,
+    FACT_FILES,
+    SdistFiles,
+    patch_targets,
+    read_sdist,
+)
 from toolchain.util.files import atomic_path
 from toolchain.util.platform import SUPPORTED_ARCHES
 
@@ -114,10 +120,13 @@ class _Draft:
         self.measured, self.measured_recipe, self.inherited = found
 
     def header(self) -> str:
-        deps = ", ".join(f"{d.name} {d.ref}" + (f" ({d.arch})" if d.arch else "") for d in self.downloads)
+        deps = ", ".join(
+            f"{d.name} {d.ref}" + (f" ({d.arch})" if d.arch else "") for d in self.downloads
+        )
         req = self.requirements.build_file
         return (
-            f"vLLM {self.version}: written by `python -m toolchain new-recipe --vllm {self.version}` "
+            f"vLLM {self.version}: written by `python -m toolchain new-recipe --vllm "
+            f"{self.version}` "
             f"from the PyPI sdist vllm-{self.version}.tar.gz: pyproject.toml (requires-python), "
             f"{req} (build pins), requirements/cpu.txt and {req} (torch pins, by their "
             f"environment markers; on macOS torch {self.requirements.torch['Darwin']}), "
@@ -164,7 +173,8 @@ class _Draft:
     def _torch(self) -> Section:
         pins = {arch: self.requirements.torch[arch] for arch in SUPPORTED_ARCHES}
         comments = {
-            arch: f"On {arch} this release pins PyPI's torch (a CPU build there), not the CPU index's."
+            arch: f"On {arch} this release pins PyPI's torch (a CPU build there), not the CPU "
+            "index's."
             for arch, pin in pins.items()
             if "+cpu" not in pin
         }
@@ -188,8 +198,10 @@ class _Draft:
 
     def _measured_comment(self) -> str:
         if self.inherited:
-            return f"Inherited from {self.measured} ({MEASURED_KEY}): not measured for this release."
-        return f"Measured for this release: kept from the recipe this one replaces."
+            return (
+                f"Inherited from {self.measured} ({MEASURED_KEY}): not measured for this release."
+            )
+        return "Measured for this release: kept from the recipe this one replaces."
 
     def _third_party(self, dep: Download) -> Section:
         keys: dict[str, Any] = {"name": dep.name}
@@ -218,8 +230,10 @@ class _Draft:
             Section(
                 header="[[drop_requirements]]",
                 keys={"name": name, "reason": facts.drop_reason(url)},
-                comments={"": "requirements/cpu.txt asks for it by a direct URL, which no "
-                          "offline install or index upload accepts; the wheel leaves it out."},
+                comments={
+                    "": "requirements/cpu.txt asks for it by a direct URL, which no "
+                    "offline install or index upload accepts; the wheel leaves it out."
+                },
             )
             for name, url in sorted(self.requirements.direct_urls.items())
         ]
@@ -242,9 +256,7 @@ class _Draft:
                     "the range where it is listed if this release needs it)"
                 )
             elif in_range:
-                self.notes.append(
-                    f"{file} does NOT apply: not listed; " + "; ".join(run.failures)
-                )
+                self.notes.append(f"{file} does NOT apply: not listed; " + "; ".join(run.failures))
         return listed
 
     def prune(self) -> list[Section]:
@@ -254,8 +266,13 @@ class _Draft:
         kept = []
         for entry in source.get("onednn_prune", []):
             if same_onednn and entry.get("target") in x86.targets:
-                kept.append(Section(header="[[onednn_prune]]", keys=entry,
-                                    comments={"": self._measured_comment()}))
+                kept.append(
+                    Section(
+                        header="[[onednn_prune]]",
+                        keys=entry,
+                        comments={"": self._measured_comment()},
+                    )
+                )
             else:
                 self.notes.append(
                     f"{self.measured}'s oneDNN prune list for {entry.get('target')} not inherited: "

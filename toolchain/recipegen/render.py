@@ -60,7 +60,7 @@ def comment(text: str) -> list[str]:
             lines.append(line)
             line = "#"
         line += " " + word
-    return lines + [line]
+    return [*lines, line]
 
 
 def render(header_comment: str, sections: Sequence[Section]) -> str:

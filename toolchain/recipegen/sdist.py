@@ -1,4 +1,4 @@
-"""The few files of a vLLM sdist the generator reads, from the .tar.gz or an unpacked folder."""
+"""The few files of a vLLM sdist the generator reads, and the test fixtures made of them."""
 
 from __future__ import annotations
 
@@ -48,11 +48,8 @@ def patch_targets(patch: Path) -> set[str]:
 
 
 def read_sdist(source: Path, wanted: Iterable[str]) -> SdistFiles:
-    """`wanted` files of an sdist: a .tar.gz (one top folder) or an unpacked folder."""
+    """`wanted` files of an sdist (a .tar.gz with one top folder)."""
     paths = set(wanted)
-    if source.is_dir():
-        files = {p: (source / p).read_text(errors="replace") for p in paths if (source / p).is_file()}
-        return SdistFiles(name=source.name, files=files)
     try:
         with tarfile.open(source, "r:*") as tar:
             return SdistFiles(name=source.name, files=_members(tar, paths))
@@ -72,7 +69,7 @@ def _members(tar: tarfile.TarFile, paths: set[str]) -> dict[str, str]:
 
 
 def write_fixture(files: SdistFiles, top: str, destination: Path) -> None:
-    """A small .tar.gz of only these files under `top/`: what the tests read instead of the sdist."""
+    """A small .tar.gz of only these files under `top/`: what tests read instead of the sdist."""
     with tarfile.open(destination, "w:gz") as tar:
         for path in sorted(files.files):
             data = files.files[path].encode()

@@ -15,7 +15,7 @@ from toolchain.detect.host import Host, detect_host
 from toolchain.detect.memory import Memory
 from toolchain.errors import PlanError
 from toolchain.plan.planner import BuildOptions, plan_build
-from toolchain.plan.recipes import load_recipe
+from toolchain.plan.recipes import known_versions, load_recipe
 from toolchain.util.compile_cache import parse_cache
 from toolchain.util.units import GIB
 
@@ -297,7 +297,7 @@ SAVED = (
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (("--vllm", "0.1.0"), 2, "known versions: 0.16.0, 0.32.0, 0.34.0"),
+        (("--vllm", "0.1.0"), 2, "`python -m toolchain new-recipe --vllm 0.1.0` (nox -s"),
         (("--vllm", "0.32.0", "--target", "amx"), 5, "builds the targets portable"),
         (("--vllm", "0.32.0", "--python", "3.9"), 5, "3.9 is outside that range"),
         (("--vllm", "0.32.0", "--jobs", "0"), 2, "--jobs must be at least 1"),
@@ -315,6 +315,21 @@ def test_bad_input_is_one_clear_error(
     assert result == code
     assert message in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("version", known_versions(RECIPES))
+@pytest.mark.parametrize("machine", ["x86-zen4", "arm-graviton3"])
+def test_plan_works_for_every_shipped_recipe(
+    host_of: Callable[..., Host], capsys: pytest.CaptureFixture[str], machine: str, version: str
+) -> None:
+    saved = ("--cpuinfo", str(FIXTURES / "cpuinfo" / f"{machine}.txt"), *SAVED[2:])
+    code, out, err = _run(capsys, *saved, "--vllm", version, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    recipe = load_recipe(RECIPES, version)
+    assert data["vllm_version"] == version
+    assert data["torch"]["requirement"] == f"torch=={recipe.torch[data['arch']]}"
+    assert data["isa_model"] == recipe.isa_models[data["arch"]].name
 
 
 def test_malformed_recipe_from_the_command_line(
