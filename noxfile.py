@@ -74,4 +74,6 @@ def tests(session: nox.Session) -> None:
 @nox.session(name="new-recipe")
 def new_recipe(session: nox.Session) -> None:
     """Write a recipe from a vLLM release's sdist (`-- --vllm 0.33.0 [--to DIR]`)."""
-    _toolchain(session, "new-recipe")
+    # into this checkout's recipes/, not the copy installed in the session's venv
+    session.install(".")
+    session.run("vllm-cpu-builder", "new-recipe", "--recipes", "recipes", *session.posargs)

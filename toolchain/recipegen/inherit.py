@@ -66,6 +66,8 @@ def preferred_python(shipped: Shipped, requires: SpecifierSet, version: Version)
     source = nearest(list(every), version)
     if source is not None:
         chosen = str(every[source]["python"]["preferred"])
+        if requires.contains(f"{chosen}.0") and source == version:
+            return chosen, "the preferred Python of the recipe this one replaces"
         if requires.contains(f"{chosen}.0"):
             return chosen, f"{source}'s preferred Python, inside this range"
     for minor in range(8, 30):

@@ -203,6 +203,15 @@ class _Draft:
             )
         return "Measured for this release: kept from the recipe this one replaces."
 
+    def _prune_comment(self) -> str:
+        if not self.inherited:
+            return self._measured_comment()
+        return (
+            f"{self._measured_comment()} Same oneDNN ({_onednn_ref_of(self.downloads)}); a unit "
+            "this release's kernels need that the list leaves out fails the wheel's import: "
+            "verify the wheel."
+        )
+
     def _third_party(self, dep: Download) -> Section:
         keys: dict[str, Any] = {"name": dep.name}
         keys.update({"arch": dep.arch} if dep.arch else {})
@@ -270,7 +279,7 @@ class _Draft:
                     Section(
                         header="[[onednn_prune]]",
                         keys=entry,
-                        comments={"": self._measured_comment()},
+                        comments={"": self._prune_comment()},
                     )
                 )
             else:
