@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from toolchain.build import sources
-from toolchain.build.sources import fetch_sdist
+from toolchain.build.sources import fetch_new_sdist, fetch_sdist
 from toolchain.errors import SourceError
 
 pytestmark = pytest.mark.integration
@@ -28,6 +28,7 @@ class _Index(http.server.BaseHTTPRequestHandler):
 
     json_api = True
     needs_auth = False
+    stated = DIGEST  # the sha256 the index states for the file
 
     def do_GET(self) -> None:
         wanted = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
@@ -38,12 +39,14 @@ class _Index(http.server.BaseHTTPRequestHandler):
             return
         if self.path == "/simple/vllm/":
             if self.json_api:
-                name, hashes = "vllm-0.1.0.tar.gz", {"sha256": DIGEST}
+                name, hashes = "vllm-0.1.0.tar.gz", {"sha256": self.stated}
                 files = [{"filename": name, "url": f"../../files/{name}", "hashes": hashes}]
                 body = json.dumps({"meta": {"api-version": "1.0"}, "name": "vllm", "files": files})
                 kind = "application/vnd.pypi.simple.v1+json"
             else:
-                body = f'<a href="/files/vllm-0.1.0.tar.gz#sha256={DIGEST}">vllm-0.1.0.tar.gz</a>'
+                body = (
+                    f'<a href="/files/vllm-0.1.0.tar.gz#sha256={self.stated}">vllm-0.1.0.tar.gz</a>'
+                )
                 kind = "text/html"
             data = body.encode()
         elif self.path == "/files/vllm-0.1.0.tar.gz":
@@ -61,7 +64,7 @@ class _Index(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def _serve(**settings: bool) -> Iterator[str]:
+def _serve(**settings: bool | str) -> Iterator[str]:
     handler = type("Handler", (_Index,), settings)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -121,3 +124,24 @@ def test_without_a_usable_pip_urllib_fetches_it(
     monkeypatch.setattr(sources, "_pip_download", lambda *args: None)
     cache = tmp_path / "cache" / "vllm-0.1.0.tar.gz"
     assert _fetch(cache, index).read_bytes() == PAYLOAD
+
+
+def test_a_new_release_s_sdist_is_kept_under_the_hash_the_index_states(
+    tmp_path: Path, index: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """new-recipe: no recipe knows the hash yet; the file is checked against the index's."""
+    root = tmp_path / "sdists"
+    path, sha256 = fetch_new_sdist(sdist="vllm-0.1.0.tar.gz", cache_root=root, index_url=index)
+    # kept where build-wheel looks for the recipe's sdist
+    assert (sha256, path) == (DIGEST, root / DIGEST / "vllm-0.1.0.tar.gz")
+    assert path.read_bytes() == PAYLOAD and "through pip" in capsys.readouterr().out
+    assert fetch_new_sdist(sdist="vllm-0.1.0.tar.gz", cache_root=root, index_url=index)[1] == DIGEST
+    assert "cached at" in capsys.readouterr().out
+
+
+def test_a_new_sdist_unlike_the_index_s_hash_is_not_kept(tmp_path: Path) -> None:
+    root = tmp_path / "sdists"
+    for index in _serve(stated="f" * 64):
+        with pytest.raises(SourceError, match=r"the index states f{64}"):
+            fetch_new_sdist(sdist="vllm-0.1.0.tar.gz", cache_root=root, index_url=index)
+    assert [p for p in root.rglob("*") if p.is_file()] == []
