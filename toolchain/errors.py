@@ -27,7 +27,8 @@ class UnsupportedHostError(ToolchainError):
 
 
 class DataFileError(ToolchainError):
-    """A recipe or data table is malformed; the message names the file and the key."""
+    """A recipe or data table is malformed, or an sdist says what `new-recipe` does not know;
+    the message names the file and the key (or what was not recognised)."""
 
     exit_code = 4
 
