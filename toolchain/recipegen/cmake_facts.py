@@ -14,7 +14,7 @@ from pathlib import Path
 
 from toolchain.errors import DataFileError
 from toolchain.plan.recipes import IsaModel
-from toolchain.util.datafile import load_toml, string_list, table
+from toolchain.util.datafile import check_keys, load_toml, string_list, table
 from toolchain.util.platform import SUPPORTED_ARCHES
 
 ERAS_FILE = "isa-eras.toml"
@@ -27,6 +27,7 @@ class Era:
     arch: str
     switches: frozenset[str]
     extension_targets: frozenset[str] | None  # None: not part of this era's signature
+    sysctl: frozenset[str] | None  # a macOS era: the sysctl names cmake asks; None: Linux
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,22 +62,23 @@ def load_eras(path: Path, models: Mapping[str, IsaModel]) -> tuple[list[Era], fr
     eras = []
     for name in (key for key in data if key != OTHER_ARCHES):
         entry, at = table(data, name, where=where), f"{where} [{name}]"
+        check_keys(entry, {"switches", "extension_targets", "sysctl"}, where=at)
         if name not in models:
             raise DataFileError(f"{at}: no ISA model of that name in isa-models.toml")
-        targets = entry.get("extension_targets")
         eras.append(
             Era(
                 model=name,
                 arch=models[name].arch,
-                switches=frozenset(string_list(entry, "switches", where=at)),
-                extension_targets=(
-                    frozenset(string_list(entry, "extension_targets", where=at))
-                    if targets is not None
-                    else None
-                ),
+                switches=_names(entry, "switches", at) or frozenset(),
+                extension_targets=_names(entry, "extension_targets", at),
+                sysctl=_names(entry, "sysctl", at),
             )
         )
     return eras, ignored
+
+
+def _names(entry: dict[str, object], key: str, where: str) -> frozenset[str] | None:
+    return frozenset(string_list(entry, key, where=where)) if key in entry else None
 
 
 def recognise_eras(
@@ -93,7 +95,7 @@ def recognise_eras(
         )
     found = {}
     for arch in SUPPORTED_ARCHES:
-        mine = [era for era in eras if era.arch == arch]
+        mine = [era for era in eras if era.arch == arch and era.sysctl is None]
         seen = switches & {s for era in mine for s in era.switches}
         matches = [
             era.model for era in mine if era.switches == seen and _targets_match(era, targets)
@@ -107,6 +109,22 @@ def recognise_eras(
             )
         found[arch] = matches[0]
     return found
+
+
+def recognise_darwin(text: str, eras: list[Era], *, where: str) -> str | None:
+    """The macOS ISA model: the era whose sysctl names are exactly those cmake asks (check_sysctl);
+    None when the file asks none (no macOS build)."""
+    asked = frozenset(re.findall(r"check_sysctl\(\s*([\w.]+)", text))
+    if not asked:
+        return None
+    matches = [era.model for era in eras if era.sysctl == asked]
+    if len(matches) != 1:
+        raise DataFileError(
+            f"{where}: macOS sysctl names {sorted(asked)} match {len(matches)} eras of "
+            f"{ERAS_FILE} ({', '.join(matches) or 'none'}), not one",
+            hint=f"a new macOS era: describe it in {ERAS_FILE} and isa-models.toml",
+        )
+    return matches[0]
 
 
 def _targets_match(era: Era, targets: set[str]) -> bool:

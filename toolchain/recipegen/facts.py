@@ -14,6 +14,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from toolchain.errors import DataFileError
 from toolchain.recipegen.sdist import (
+    APPLE_DOCS,
     BUILD_REQUIREMENTS,
     CMAKELISTS,
     CPU_REQUIREMENTS,
@@ -149,3 +150,24 @@ def drop_reason(url: str) -> str:
             "if needed"
         )
     return f"a direct URL ({parsed.hostname}); install it from your own mirror if needed"
+
+
+# macOS names upstream's docs use -> the version a wheel's deployment target names
+MACOS_NAMES = {"Ventura": "13.0", "Sonoma": "14.0", "Sequoia": "15.0", "Tahoe": "26.0"}
+
+
+def apple_floors(files: SdistFiles) -> tuple[str, str]:
+    """(macos_min, clang_min) from upstream's macOS install page: "OS: `macOS Sonoma` or later",
+    "Compiler: `Apple Clang >= 15.0.0`"."""
+    where = f"{files.name} {APPLE_DOCS}"
+    text = files.text(APPLE_DOCS)
+    macos = re.search(r"OS: `macOS (\w+)` or later", text)
+    clang = re.search(r"Compiler: `Apple Clang >= ([0-9]+)\.([0-9]+)", text)
+    if macos is None or clang is None:
+        raise DataFileError(f"{where}: no 'OS: `macOS NAME` or later' or 'Apple Clang >= X' line")
+    if macos.group(1) not in MACOS_NAMES:
+        raise DataFileError(
+            f"{where}: macOS {macos.group(1)} is a name this generator does not know",
+            hint="add it to MACOS_NAMES in toolchain/recipegen/facts.py",
+        )
+    return MACOS_NAMES[macos.group(1)], f"{clang.group(1)}.{clang.group(2)}"

@@ -20,6 +20,7 @@ from toolchain.recipegen.cmake_facts import (
     downloads,
     gxx_minimum,
     load_eras,
+    recognise_darwin,
     recognise_eras,
 )
 from toolchain.recipegen.inherit import (
@@ -32,6 +33,7 @@ from toolchain.recipegen.inherit import (
 from toolchain.recipegen.patch_check import DryRun, dry_run
 from toolchain.recipegen.render import Section, render
 from toolchain.recipegen.sdist import (
+    APPLE_DOCS,
     CPU_EXTENSION,
     FACT_FILES,
     SdistFiles,
@@ -105,6 +107,7 @@ class _Draft:
         models = load_isa_models(folder / ISA_MODELS_FILE)
         eras, ignored = load_eras(folder / ERAS_FILE, models)
         self.isa = recognise_eras(cmake, eras, ignored, where=where)
+        self.darwin_isa = recognise_darwin(cmake, eras, where=where)
         self.models = models
         self.gxx = gxx_minimum(cmake, where=where)
         self.downloads = downloads(cmake, where=where)
@@ -152,6 +155,7 @@ class _Draft:
             ),
             self._python(),
             self._torch(),
+            *self._darwin(),
             *self._build(),
             Section(
                 header="[toolchain]",
@@ -179,6 +183,25 @@ class _Draft:
             if "+cpu" not in pin
         }
         return Section(header="[torch]", keys=pins, comments=comments)
+
+    def _darwin(self) -> list[Section]:
+        if self.darwin_isa is None:
+            self.notes.append(f"{CPU_EXTENSION} asks no macOS sysctl: no [darwin] table")
+            return []
+        macos_min, clang_min = facts.apple_floors(self.files)
+        torch = self.requirements.torch["Darwin"]
+        keys = {"torch": torch, "macos_min": macos_min, "clang_min": clang_min}
+        comments = {
+            "": "macOS on Apple Silicon, planned from a Mac's saved sysctl and vm_stat; not yet "
+            "built on a Mac.",
+            "torch": f'{self.requirements.build_file}\'s pin where platform_system == "Darwin": '
+            "PyPI's torch, a CPU build on macOS (no +cpu local version there).",
+            "macos_min": f"{APPLE_DOCS}: the macOS and Apple Clang it names. Not checked against "
+            f"the macOS tags of torch {torch}'s wheels (pip's resolver can tell).",
+            "isa_model": f"From the sysctl names {CPU_EXTENSION} asks the build Mac.",
+        }
+        keys["isa_model"] = self.darwin_isa
+        return [Section(header="[darwin]", keys=keys, comments=comments)]
 
     def _build(self) -> list[Section]:
         keys: dict[str, Any] = {"requires": list(self.requirements.build_requires)}

@@ -18,7 +18,16 @@ CPU_REQUIREMENTS = "requirements/cpu.txt"
 BUILD_REQUIREMENTS = ("requirements/build/cpu.txt", "requirements/cpu-build.txt")
 CMAKELISTS = "CMakeLists.txt"
 CPU_EXTENSION = "cmake/cpu_extension.cmake"
-FACT_FILES = (PKG_INFO, PYPROJECT, CPU_REQUIREMENTS, *BUILD_REQUIREMENTS, CMAKELISTS, CPU_EXTENSION)
+APPLE_DOCS = "docs/getting_started/installation/cpu.apple.inc.md"  # the macOS floors
+FACT_FILES = (
+    PKG_INFO,
+    PYPROJECT,
+    CPU_REQUIREMENTS,
+    *BUILD_REQUIREMENTS,
+    CMAKELISTS,
+    CPU_EXTENSION,
+    APPLE_DOCS,
+)
 
 
 @dataclass(frozen=True, kw_only=True)

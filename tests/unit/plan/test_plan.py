@@ -317,19 +317,35 @@ def test_bad_input_is_one_clear_error(
     assert "Traceback" not in err
 
 
+MACHINES = {
+    "x86-zen4": ("--cpuinfo", str(FIXTURES / "cpuinfo" / "x86-zen4.txt"), *SAVED[2:]),
+    "arm-graviton3": ("--cpuinfo", str(FIXTURES / "cpuinfo" / "arm-graviton3.txt"), *SAVED[2:]),
+    "mac-m2": (
+        "--sysctl",
+        str(FIXTURES / "sysctl" / "mac-m2-monterey.txt"),
+        "--vm-stat",
+        str(FIXTURES / "vm_stat" / "mac-16g-partial.txt"),
+    ),
+}
+
+
 @pytest.mark.parametrize("version", known_versions(RECIPES))
-@pytest.mark.parametrize("machine", ["x86-zen4", "arm-graviton3"])
+@pytest.mark.parametrize("machine", sorted(MACHINES))
 def test_plan_works_for_every_shipped_recipe(
     host_of: Callable[..., Host], capsys: pytest.CaptureFixture[str], machine: str, version: str
 ) -> None:
-    saved = ("--cpuinfo", str(FIXTURES / "cpuinfo" / f"{machine}.txt"), *SAVED[2:])
-    code, out, err = _run(capsys, *saved, "--vllm", version, "--json")
+    code, out, err = _run(capsys, *MACHINES[machine], "--vllm", version, "--json")
     assert code == 0, err
     data = json.loads(out)
     recipe = load_recipe(RECIPES, version)
     assert data["vllm_version"] == version
-    assert data["torch"]["requirement"] == f"torch=={recipe.torch[data['arch']]}"
-    assert data["isa_model"] == recipe.isa_models[data["arch"]].name
+    if data["arch"] == "arm64":  # macOS: the [darwin] table
+        assert recipe.darwin is not None
+        torch, model = recipe.darwin.torch, recipe.darwin.isa_model.name
+    else:
+        torch, model = recipe.torch[data["arch"]], recipe.isa_models[data["arch"]].name
+    assert data["torch"]["requirement"] == f"torch=={torch}"
+    assert data["isa_model"] == model
 
 
 def test_malformed_recipe_from_the_command_line(

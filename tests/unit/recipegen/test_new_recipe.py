@@ -14,7 +14,13 @@ from toolchain.cli import main
 from toolchain.recipegen import facts
 from toolchain.recipegen.new_recipe import files_read, generate, shipped_patches
 from toolchain.recipegen.render import Section, render
-from toolchain.recipegen.sdist import CPU_EXTENSION, SdistFiles, read_sdist, write_fixture
+from toolchain.recipegen.sdist import (
+    APPLE_DOCS,
+    CPU_EXTENSION,
+    SdistFiles,
+    read_sdist,
+    write_fixture,
+)
 from toolchain.util.files import sha256_file
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -130,6 +136,10 @@ def test_an_era_between_the_shipped_ones(tmp_path: Path) -> None:
         (("FetchContent_Declare(\n                oneDNN",
           "FetchContent_Declare(\n                xbyak"), "downloads 'xbyak'"),
         (("requires gcc/g++ >= 12.3", "requires a newer gcc"), "g++ minimum is unknown"),
+        (("check_sysctl(hw.optional.arm.FEAT_I8MM ARM_I8MM_FOUND)",
+          "check_sysctl(hw.optional.arm.FEAT_I8MM ARM_I8MM_FOUND)\n"
+          "    check_sysctl(hw.optional.arm.FEAT_SME ARM_SME_FOUND)"),
+         "macOS sysctl names"),
     ],
 )  # fmt: skip
 def test_a_cmake_it_has_not_seen_is_exit_4_naming_what(
@@ -191,3 +201,13 @@ def test_an_sdist_of_another_release_is_refused(tmp_path: Path) -> None:
     argv = ["new-recipe", "--vllm", "0.33.0", "--sdist", str(SDISTS / "vllm-0.34.0.tar.gz")]
     assert main([*argv, "--to", str(tmp_path)]) == 4
     assert not any(tmp_path.iterdir())
+
+
+def test_a_macos_it_cannot_name_is_exit_4(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    change = ("`macOS Sonoma` or later", "`macOS Redwood` or later")
+    sdist = _altered("0.34.0", APPLE_DOCS, change, tmp_path)
+    argv = ["new-recipe", "--vllm", "0.34.0", "--sdist", str(sdist), "--to", str(tmp_path / "o")]
+    assert main(argv) == 4
+    assert "macOS Redwood is a name this generator does not know" in capsys.readouterr().err
