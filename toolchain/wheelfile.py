@@ -23,6 +23,12 @@ from toolchain.util.files import atomic_path
 
 MANIFEST_NAME = "vllm_cpu_builder.json"
 VERSION_LINE = re.compile(r"^Version:.*$", re.MULTILINE)
+# PEP 427's components after its escaping (other characters become "_"), PEP 440's in the version:
+# packaging's parser alone lets a build or platform tag hold any character, a newline included
+WHEEL_NAME = re.compile(
+    r"[A-Za-z0-9_.]+-[A-Za-z0-9_.!+]+(-[0-9][A-Za-z0-9_]*)?(-[A-Za-z0-9_.]+){3}\.whl"
+)
+FOLDED = re.compile(r"(?:\r\n|\r|\n)[ \t]*")  # a header continued on the next line (RFC 822)
 
 
 def dist_info(names: Iterable[str]) -> str:
@@ -131,13 +137,24 @@ def _csv_lines(rows: Iterable[tuple[str, str, str]]) -> str:
     return buffer.getvalue()
 
 
+def wheel_name_problem(filename: str) -> str | None:
+    """Why `filename` is not a wheel file name as PEP 427 writes one; None when it is."""
+    if not WHEEL_NAME.fullmatch(filename):
+        return "not a wheel file name (PEP 427: NAME-VERSION[-BUILD]-PY-ABI-PLATFORM.whl)"
+    try:
+        parse_wheel_filename(filename)
+    except InvalidWheelFilename as exc:
+        return f"not a wheel file name ({exc})"
+    return None
+
+
 def check_wheel(wheel: Path) -> None:
     """A readable wheel: a valid file name, a zip with one .dist-info, its METADATA, a manifest
     (when there is one) that is a JSON object. DataFileError naming the file otherwise."""
-    try:
-        parse_wheel_filename(wheel.name)
-    except InvalidWheelFilename as exc:
-        raise DataFileError(f"{wheel}: not a wheel file name ({exc})") from exc
+    problem = wheel_name_problem(wheel.name)
+    if problem is not None:
+        shown = str(wheel) if str(wheel).isprintable() else repr(str(wheel))
+        raise DataFileError(f"{shown}: {problem}")
     core_metadata(wheel)
     read_manifest(wheel)
 
@@ -181,8 +198,9 @@ def core_metadata(wheel: Path) -> bytes:
 
 
 def metadata_requirements(metadata: str) -> list[str]:
-    """The Requires-Dist lines of a METADATA text."""
-    return Parser().parsestr(metadata).get_all("Requires-Dist") or []
+    """The Requires-Dist lines of a METADATA text; a folded one unfolded onto one line."""
+    values = Parser().parsestr(metadata).get_all("Requires-Dist") or []
+    return [FOLDED.sub(" ", str(value)) for value in values]
 
 
 def requires_dist(wheel: Path) -> list[str]:

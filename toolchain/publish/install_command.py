@@ -9,8 +9,6 @@ one release, the exact version this CPU runs is pinned, since pip would take the
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import platform
 import shlex
 import sys
@@ -19,16 +17,25 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import packaging
 from packaging.tags import Tag, parse_tag, sys_tags
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from toolchain.errors import PublishError
+from toolchain.errors import DataFileError, PublishError
 from toolchain.publish import wheel_variants
 from toolchain.publish.index import target_min_isa
+from toolchain.publish.served import (
+    Wheels,
+    nothing_left,
+    printable,
+    read_variants_json,
+    tags_of,
+    variant_label,
+    version_of,
+    wheel_files,
+)
 from toolchain.runtime_deps import PipSources, RuntimePlan, plan_requirements
 from toolchain.settings import PYPI_SIMPLE
 from toolchain.util import run
@@ -65,6 +72,8 @@ class InstallPlan:
     notes: tuple[str, ...] = ()
 
     def render(self) -> str:
+        """Comments, then the commands shell-quoted; each line escaped (`install-command | sh`
+        runs it: a newline from the index must not start a command of its own)."""
         lines = [
             f"# {self.chosen.filename}: +{self.chosen.variant}, needs "
             f"{' '.join(self.chosen.min_isa) or 'nothing beyond the architecture'}"
@@ -75,7 +84,7 @@ class InstallPlan:
         shown = [shown_command(command) for command in self.commands]
         lines += [f"# {CREDENTIALS_NOTE}"] if any(hidden for _, hidden in shown) else []
         lines += [shlex.join(argv) for argv, _ in shown]
-        return "\n".join(lines)
+        return "\n".join(printable(line) for line in lines)
 
 
 def fetch(url: str) -> bytes:
@@ -83,7 +92,9 @@ def fetch(url: str) -> bytes:
     try:
         return read_url(url)[0]
     except OSError as exc:
-        raise PublishError(f"cannot read {url}: {exc}", hint="check --index") from exc
+        raise PublishError(
+            f"cannot read {printable(f'{url}: {exc}')}", hint="check --index"
+        ) from exc
 
 
 def runnable_indexes(
@@ -99,40 +110,44 @@ def runnable_indexes(
         body = fetch(urllib.parse.urljoin(root, "variants.json"))
     except PublishError:
         return [(root, None)]
-    try:
-        variants: dict[str, Any] = json.loads(body)["variants"]
-        found: list[tuple[str, tuple[str, ...] | None]] = [
-            (urllib.parse.urljoin(root, info["simple"]), tuple(info["min_isa"]))
-            for info in variants.values()
-            if canonicalize_name(project) in info["projects"]
-            and all(host_isa.get(feature) for feature in info["min_isa"])
-        ]
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise PublishError(
-            f"{root}variants.json is malformed ({exc!r}): not as `publish` writes it",
-            hint="publish the index again (nox -s publish), or give the variant's simple/ URL",
-        ) from exc
+    variants = read_variants_json(body, root)
+    found: list[tuple[str, tuple[str, ...] | None]] = [
+        (variant.simple_url, variant.min_isa)
+        for variant in variants
+        if canonicalize_name(project) in variant.projects
+        and all(host_isa.get(feature) for feature in variant.min_isa)
+    ]
     if not found:
         raise PublishError(
-            f"{index} has no variant this CPU runs with {project}: {sorted(variants)}",
+            f"{index} has no variant this CPU runs with {project}: "
+            f"{sorted(v.name for v in variants)}",
             hint=NO_VARIANT_HINT,
         )
     return found
 
 
-def candidates(
-    simple_url: str, project: str, min_isa: tuple[str, ...] | None = None, arch: str | None = None
-) -> list[Candidate]:
-    page_url = f"{simple_url.rstrip('/')}/{canonicalize_name(project)}/"
+def served_wheels(
+    page_url: str, project: str, *, labelled: bool = False, hint: str = "check --index"
+) -> Wheels:
+    """The wheels of `project` a project page lists by valid names (the rest skipped)."""
     try:
         files = project_files(page_url)
-    except OSError as exc:
-        raise PublishError(f"cannot read {page_url}: {exc}", hint="check --index") from exc
+    except OSError as exc:  # unreachable, or not a Simple API page
+        raise PublishError(
+            f"cannot read {printable(page_url)}: {printable(str(exc))}", hint=hint
+        ) from exc
+    return wheel_files(files, project, labelled=labelled)
+
+
+def candidates(
+    simple_url: str, project: str, min_isa: tuple[str, ...] | None = None, arch: str | None = None
+) -> tuple[list[Candidate], Wheels]:
+    """The wheels on one simple index as candidates, and what was read (skipped names too)."""
+    page_url = f"{simple_url.rstrip('/')}/{canonicalize_name(project)}/"
+    wheels = served_wheels(page_url, project)
     found = []
-    for file in files:
-        if not file.filename.endswith(".whl"):
-            continue
-        version = Version(str(parse_wheel_filename(file.filename)[1]))
+    for file in wheels.files:
+        version = version_of(file.filename)
         local = (version.local or "").split(".")
         variant = local[1] if local[0] == "cpu" and len(local) > 1 else "portable"
         found.append(
@@ -146,7 +161,7 @@ def candidates(
                 metadata_url=file.url + ".metadata" if file.has_metadata else None,
             )
         )
-    return found
+    return found, wheels
 
 
 def supported_tags(python: Path) -> frozenset[Tag]:
@@ -178,12 +193,20 @@ def choose(
 
 def candidate_requirements(candidate: Candidate) -> list[str]:
     """The wheel's Requires-Dist: from its core metadata file (PEP 658), else from the wheel."""
-    if candidate.metadata_url is None:  # pypiserver serves no metadata files: read the wheel
-        with tempfile.TemporaryDirectory() as folder:
-            wheel = Path(folder) / candidate.filename
-            wheel.write_bytes(fetch(candidate.url))
-            return requires_dist(wheel)
-    return metadata_requirements(fetch(candidate.metadata_url).decode())
+    try:
+        if candidate.metadata_url is None:  # pypiserver serves no metadata files: read the wheel
+            with tempfile.TemporaryDirectory() as folder:
+                wheel = Path(folder) / candidate.filename  # a checked name: no '/' in it
+                wheel.write_bytes(fetch(candidate.url))
+                return requires_dist(wheel)
+        return metadata_requirements(fetch(candidate.metadata_url).decode())
+    except (DataFileError, UnicodeDecodeError) as exc:
+        why = exc.message if isinstance(exc, DataFileError) else f"not UTF-8 ({exc.reason})"
+        raise PublishError(
+            f"the index serves {candidate.filename} with core metadata that cannot be read: "
+            f"{printable(why)}",
+            hint="publish the wheel again (nox -s publish), or check the index server",
+        ) from exc
 
 
 def plan_install(
@@ -198,12 +221,16 @@ def plan_install(
     arch: str = platform.machine(),
 ) -> InstallPlan:
     tags = supported_tags(python)
-    listed = [
-        candidate
-        for simple, min_isa in runnable_indexes(index, host_isa, project)
-        for candidate in candidates(simple, project, min_isa, arch)
-    ]
-    found = [c for c in listed if parse_wheel_filename(c.filename)[3] & tags]
+    listed: list[Candidate] = []
+    skipped_names: list[tuple[str, str]] = []
+    for simple, min_isa in runnable_indexes(index, host_isa, project):
+        mine, wheels = candidates(simple, project, min_isa, arch)
+        listed += mine
+        skipped_names += wheels.skipped
+    skipped = Wheels(files=(), skipped=tuple(skipped_names))
+    if not listed and skipped.skipped:
+        raise nothing_left(project, index, skipped)
+    found = [c for c in listed if tags_of(c.filename) & tags]
     if listed and not found:
         takes = sorted({t.interpreter for t in tags if t.interpreter.startswith("cp")})
         raise PublishError(
@@ -214,7 +241,7 @@ def plan_install(
     chosen = choose(found, host_isa, version)
     deps = plan_requirements(candidate_requirements(chosen))
     pip = (str(python), "-m", "pip", "install")
-    commands, notes = [], []
+    commands, notes = [], list(skipped.warnings())
     if deps.install:
         torch = next((r for r in deps.install if r.startswith("torch==")), None)
         if torch and not sources.torch_index_reachable and not sources.find_links:
@@ -244,46 +271,41 @@ def plan_uv_install(
     x86-64 level; the plan says which one it should pick here."""
     simple = urllib.parse.urljoin(index.rstrip("/") + "/", f"{wheel_variants.FOLDER}/simple/")
     page = f"{simple}{canonicalize_name(project)}/"
-    try:
-        files = [f for f in project_files(page) if f.filename.endswith(".whl")]
-    except OSError as exc:
-        raise PublishError(
-            f"cannot read {page}: {exc}",
-            hint="publish with --wheel-variants, or give the index root with --index",
-        ) from exc
-    releases = sorted({_version(f.filename) for f in files})
+    hint = "publish with --wheel-variants, or give the index root with --index"
+    wheels = served_wheels(page, project, labelled=True, hint=hint)
+    if not wheels.files and wheels.skipped:
+        raise nothing_left(project, page, wheels)
+    releases = sorted({version_of(f.filename) for f in wheels.files})
     wanted = [v for v in releases if version is None or version in (v.public, str(v))]
     if not wanted:
         raise PublishError(f"{page} has no {project} {version or 'release'} ({releases})")
     tags = supported_tags(python)
-    mine = [f for f in files if _version(f.filename) == wanted[-1] and _tags(f.filename) & tags]
-    fallback = next((f for f in mine if _label(f.filename) is None), None)
-    if fallback is None:
+    mine = [f for f in wheels.files if version_of(f.filename) == wanted[-1]]
+    if not any(tags_of(f.filename) & tags for f in mine):
         raise PublishError(
-            f"{page} has no non-variant {project} {wanted[-1]} that installs into {python}",
+            f"{page} has no {project} {wanted[-1]} that installs into {python}",
             hint="publish with --wheel-variants from wheels built for that Python",
         )
     level = wheel_variants.host_level(host_isa)
-    order = list(wheel_variants.LEVELS)
-    top = order.index(level) if level else -1
-
-    def rank(file: IndexFile) -> int:
-        found = wheel_variants.level_of_label(_label(file.filename))
-        return order.index(found) if found else top + 1
-
-    fitting = [f for f in mine if rank(f) <= top]
-    expected = max(fitting, key=rank, default=fallback)
-    expected_level = wheel_variants.level_of_label(_label(expected.filename))
+    expected = _uv_pick([f for f in mine if tags_of(f.filename) & tags], level)
+    if expected is None:
+        raise PublishError(
+            f"{page}: no {project} {wanted[-1]} runs on this CPU (x86-64 level "
+            f"{level or 'below v3'}) and there is no non-variant fallback (no portable build)",
+            hint=NO_VARIANT_HINT,
+        )
+    label = variant_label(expected.filename)
+    expected_level = wheel_variants.level_of_label(label)
     chosen = Candidate(
         filename=expected.filename,
         url=expected.url,
         version=wanted[-1],
-        variant=_label(expected.filename) or "null (the non-variant fallback)",
+        variant=label or "null (the non-variant fallback)",
         min_isa=tuple(sorted(wheel_variants.LEVELS[expected_level])) if expected_level else (),
-        metadata_url=fallback.url + ".metadata" if fallback.has_metadata else None,
+        metadata_url=expected.url + ".metadata" if expected.has_metadata else None,
         simple_url=simple,
     )
-    deps = plan_requirements(candidate_requirements(dataclasses.replace(chosen, url=fallback.url)))
+    deps = plan_requirements(candidate_requirements(chosen))
     install = (uv, "pip", "install", "--python", str(python))
     commands = []
     if deps.install:
@@ -293,28 +315,22 @@ def plan_uv_install(
         )
     internal = ("--preview-features", "wheel-variants", "--index-url", simple, "--no-deps")
     commands.append((*install, *internal, f"{project}=={wanted[-1]}"))
-    note = (
-        f"uv picks by this CPU's x86-64 level ({level or 'below v3'}): expect {expected.filename}"
-    )
-    return InstallPlan(chosen=chosen, deps=deps, commands=tuple(commands), notes=(note,))
+    notes = [
+        *wheels.warnings(),
+        f"uv picks by this CPU's x86-64 level ({level or 'below v3'}): expect {expected.filename}",
+    ]
+    return InstallPlan(chosen=chosen, deps=deps, commands=tuple(commands), notes=tuple(notes))
 
 
-def _label(filename: str) -> str | None:
-    """The variant label of a wheel file name (PEP 825: after the platform tag), or None."""
-    parts = filename.removesuffix(".whl").split("-")
-    has_build = len(parts) > 2 and parts[2][:1].isdigit()
-    return parts[-1] if len(parts) == (7 if has_build else 6) else None
+def _uv_pick(files: Sequence[IndexFile], level: str | None) -> IndexFile | None:
+    """The file uv takes on a CPU of x86-64 `level`: the highest level variant it runs, else
+    the non-variant fallback; None when there is neither."""
+    order = list(wheel_variants.LEVELS)
+    top = order.index(level) if level else -1
 
+    def rank(file: IndexFile) -> int:
+        label = variant_label(file.filename)
+        found = wheel_variants.level_of_label(label)
+        return -1 if label is None else order.index(found) if found else len(order)
 
-def _plain(filename: str) -> str:
-    """The file name without its variant label: what parsers that predate PEP 825 read."""
-    label = _label(filename)
-    return filename.removesuffix(f"-{label}.whl") + ".whl" if label else filename
-
-
-def _version(filename: str) -> Version:
-    return Version(str(parse_wheel_filename(_plain(filename))[1]))
-
-
-def _tags(filename: str) -> frozenset[Tag]:
-    return frozenset(parse_wheel_filename(_plain(filename))[3])
+    return max((f for f in files if rank(f) <= top), key=rank, default=None)
