@@ -43,6 +43,11 @@ from toolchain.wheelfile import check_wheel, core_metadata, read_manifest
 VARIANT_NAME = re.compile(r"[a-z0-9][a-z0-9_]*", re.IGNORECASE)
 API_VERSION = "1.1"
 FORMAT = "vcb-index-1"  # part of each generation's name: a new layout makes a new generation
+VARIANTS_FORMAT = (
+    "wheel-variants-2"  # 2: variant copies in wheel-variants/files/, portable fallback
+)
+FILES = "../../../files/"  # from VARIANT/simple/PROJECT/ to ROOT/files/
+VARIANT_FILES = "../../files/"  # from wheel-variants/simple/PROJECT/ to wheel-variants/files/
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,16 +143,20 @@ def _page(title: str, body: Iterable[str]) -> str:
     )
 
 
-def file_url(name: str) -> str:
-    return f"../../../files/{quote(name)}"  # '+' as %2B, as PyTorch's index does
+def file_url(name: str, files: str = FILES) -> str:
+    return f"{files}{quote(name)}"  # '+' as %2B, as PyTorch's index does
 
 
 def project_html(
-    project: str, wheels: Sequence[IndexedWheel], others: Sequence[tuple[str, str]] = ()
+    project: str,
+    wheels: Sequence[IndexedWheel],
+    others: Sequence[tuple[str, str]] = (),
+    files: str = FILES,
 ) -> str:
     """The project page; `others` are (file name, sha256) of files that are not wheels."""
     links = [
-        f'<a href="{html.escape(f"{file_url(name)}#sha256={digest}")}">{html.escape(name)}</a>'
+        f'<a href="{html.escape(f"{file_url(name, files)}#sha256={digest}")}">'
+        f"{html.escape(name)}</a>"
         for name, digest in others
     ]
     for wheel in wheels:
@@ -155,26 +164,29 @@ def project_html(
         attrs += f' data-core-metadata="sha256={wheel.metadata_sha256}"'
         if wheel.requires_python:
             attrs += f' data-requires-python="{html.escape(wheel.requires_python)}"'
-        href = html.escape(f"{file_url(wheel.path.name)}#sha256={wheel.sha256}")
+        href = html.escape(f"{file_url(wheel.path.name, files)}#sha256={wheel.sha256}")
         links.append(f'<a href="{href}"{attrs}>{html.escape(wheel.path.name)}</a>')
     return _page(f"Links for {project}", links)
 
 
 def project_json(
-    project: str, wheels: Sequence[IndexedWheel], others: Sequence[tuple[str, str]] = ()
+    project: str,
+    wheels: Sequence[IndexedWheel],
+    others: Sequence[tuple[str, str]] = (),
+    files: str = FILES,
 ) -> dict[str, Any]:
     return {
         "meta": {"api-version": API_VERSION},
         "name": project,
         "versions": sorted({w.version for w in wheels}, key=Version),
         "files": [
-            {"filename": name, "url": file_url(name), "hashes": {"sha256": digest}}
+            {"filename": name, "url": file_url(name, files), "hashes": {"sha256": digest}}
             for name, digest in others
         ]
         + [
             {
                 "filename": w.path.name,
-                "url": file_url(w.path.name),
+                "url": file_url(w.path.name, files),
                 "hashes": {"sha256": w.sha256},
                 "requires-python": w.requires_python,
                 "core-metadata": {"sha256": w.metadata_sha256},
@@ -195,7 +207,7 @@ def root_json(projects: Iterable[str]) -> dict[str, Any]:
 
 
 def generation_name(wheels: Sequence[IndexedWheel], *, wheel_variants: bool = False) -> str:
-    digest = hashlib.sha256(f"{FORMAT}{' wheel-variants' if wheel_variants else ''}".encode())
+    digest = hashlib.sha256(f"{FORMAT}{f' {VARIANTS_FORMAT}' if wheel_variants else ''}".encode())
     for wheel in sorted(wheels, key=lambda w: w.path.name):
         digest.update(f"{wheel.path.name} {wheel.sha256}\n".encode())
     return f"gen-{digest.hexdigest()[:16]}"
@@ -236,8 +248,10 @@ def write_generation(
 
 
 def _write_wheel_variants(wheels: Sequence[IndexedWheel], folder: Path) -> tuple[str, ...]:
-    """ROOT/wheel-variants/simple/: each release's variant wheels, fallback and variants.json."""
-    files, notes = folder / "files", []
+    """ROOT/wheel-variants/simple/: each release's variant wheels, fallback and variants.json, in
+    ROOT/wheel-variants/files/ (never ROOT/files/: a fallback copy can have a wheel's own name)."""
+    files, notes = folder / wheel_variants.FOLDER / "files", []
+    files.mkdir(parents=True)
     pages: dict[str, tuple[list[IndexedWheel], list[tuple[str, str]]]] = {}
     releases: dict[tuple[str, str], list[IndexedWheel]] = {}
     for wheel in wheels:
@@ -263,8 +277,8 @@ def _write_wheel_variants(wheels: Sequence[IndexedWheel], folder: Path) -> tuple
         indexed.sort(key=lambda w: w.path.name)
         _write_pair(
             simple / project,
-            project_html(project, indexed, sorted(others)),
-            project_json(project, indexed, sorted(others)),
+            project_html(project, indexed, sorted(others), VARIANT_FILES),
+            project_json(project, indexed, sorted(others), VARIANT_FILES),
         )
     return tuple(notes)
 

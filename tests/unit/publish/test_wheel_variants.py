@@ -16,9 +16,11 @@ import pytest
 
 from toolchain.cli import main
 from toolchain.detect.host import detect_host
+from toolchain.errors import PublishError
 from toolchain.publish import wheel_variants
 from toolchain.publish.index import publish_index
 from toolchain.publish.index_check import validate
+from toolchain.publish.install_command import plan_uv_install
 
 X86 = "py3-none-linux_x86_64"
 FOLDER = wheel_variants.FOLDER
@@ -61,17 +63,17 @@ def test_publish_writes_variant_wheels_a_fallback_and_the_variants_json(
     root = tmp_path / "index"
     published = publish_index(sorted(per_isa_wheels.glob("*.whl")), root, wheel_variants=True)
     assert validate(root.resolve()) == []
-    files = root / "files"
+    files = root / FOLDER / "files"
     v3 = files / f"vcbdemo-1.0+cpu-{X86}-x86_64_v3.whl"
     v4 = files / f"vcbdemo-1.0+cpu-{X86}-x86_64_v4.whl"
-    fallback = files / f"vcbdemo-1.0+cpu-{X86}.whl"
-    assert v3.is_file() and v4.is_file() and fallback.is_file()
+    assert v3.is_file() and v4.is_file()
+    assert not (files / f"vcbdemo-1.0+cpu-{X86}.whl").exists(), "no portable build: no fallback"
+    assert any("no non-variant fallback" in note for note in published.notes)
     metadata = wheel_variants.read_variant_json(v4)
     assert metadata is not None
     assert metadata["$schema"] == wheel_variants.SCHEMA
     assert metadata["variants"] == {"x86_64_v4": {"x86_64": {"level": ["v4"]}}}
     assert metadata["providers"] == {"x86_64": {"requires": ["x86-64-variant-provider"]}}
-    assert wheel_variants.read_variant_json(fallback) is None
     with zipfile.ZipFile(v3) as archive:
         names = archive.namelist()
         assert "vcbdemo-1.0+cpu.dist-info/variant.json" in names
@@ -99,11 +101,14 @@ def test_a_portable_only_release_has_nothing_to_choose(
 def test_uv_installs_the_variant_of_this_cpu_s_level(
     per_isa_wheels: Path,
     tmp_path: Path,
+    make_wheel: Callable[..., Path],
     served: Callable[[Path], str],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
     assert Path(uv).is_file(), "uv comes with the test extras (pip install .[test])"
+    portable = {"vcbdemo/__init__.py": b"TARGET = 'portable'\n"}  # the fallback, below v3
+    make_wheel(per_isa_wheels, "vcbdemo", "1.0+cpu.portable", tag=X86, files=portable)
     index = tmp_path / "public" / "index"
     argv = ["--wheel-dir", str(per_isa_wheels), "--index-dir", str(index)]
     assert main(["publish", *argv, "--wheel-variants"]) == 0
@@ -118,7 +123,7 @@ def test_uv_installs_the_variant_of_this_cpu_s_level(
     assert "--preview-features wheel-variants" in out
     level = wheel_variants.host_level(detect_host().isa)
     # uv decides; the same rule in the toolkit says which it must have taken on this CPU
-    target = {"v4": "avx512", "v3": "avx2"}.get(level or "", "avx2")
+    target = {"v4": "avx512", "v3": "avx2"}.get(level or "", "portable")
     done = subprocess.run(
         [python, "-c", "import vcbdemo; print(vcbdemo.TARGET)"], capture_output=True, text=True
     )
@@ -128,17 +133,92 @@ def test_uv_installs_the_variant_of_this_cpu_s_level(
     assert variant.is_file() == (level in ("v3", "v4"))
 
 
-def test_each_python_gets_its_own_fallback(tmp_path: Path, make_wheel: Callable[..., Path]) -> None:
+def test_only_a_portable_build_is_a_fallback_and_a_missing_one_is_said(
+    tmp_path: Path, make_wheel: Callable[..., Path]
+) -> None:
     folder = tmp_path / "w"
-    for target, tag in (("avx2", "cp311"), ("avx2", "cp312"), ("avx512", "cp311")):
+    for target, tag in (("avx2", "cp311"), ("portable", "cp311"), ("avx2", "cp312")):
         make_wheel(folder, "vcbdemo", f"1.0+cpu.{target}", tag=f"{tag}-{tag}-linux_x86_64")
-    publish_index(sorted(folder.glob("*.whl")), tmp_path / "index", wheel_variants=True)
-    files = sorted(p.name for p in (tmp_path / "index" / "files").glob("vcbdemo-1.0+cpu-*.whl"))
-    assert files == [
+    root = tmp_path / "index"
+    published = publish_index(sorted(folder.glob("*.whl")), root, wheel_variants=True)
+    assert sorted(_served(root)) == [
         "vcbdemo-1.0+cpu-cp311-cp311-linux_x86_64-x86_64_v3.whl",
-        "vcbdemo-1.0+cpu-cp311-cp311-linux_x86_64-x86_64_v4.whl",
         "vcbdemo-1.0+cpu-cp311-cp311-linux_x86_64.whl",
         "vcbdemo-1.0+cpu-cp312-cp312-linux_x86_64-x86_64_v3.whl",
-        "vcbdemo-1.0+cpu-cp312-cp312-linux_x86_64.whl",
-    ]
-    assert validate((tmp_path / "index").resolve()) == []
+        "vcbdemo-1.0+cpu-variants.json",
+    ], "cp312 has only an avx2 build: a CPU below x86-64-v3 must not get it as the fallback"
+    fallback = root / FOLDER / "files" / "vcbdemo-1.0+cpu-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(fallback) as archive:
+        assert "vcbdemo-1.0+cpu.dist-info/variant.json" not in archive.namelist()
+    assert any(
+        "cp312-cp312-linux_x86_64" in note and "no non-variant fallback" in note
+        for note in published.notes
+    ), published.notes
+    assert validate(root.resolve()) == []
+
+
+def _served(root: Path, project: str = "vcbdemo") -> list[str]:
+    page = root / FOLDER / "simple" / project / "index.json"
+    return [f["filename"] for f in json.loads(page.read_text())["files"]]
+
+
+def test_a_variant_copy_never_overwrites_a_published_wheel(
+    tmp_path: Path, make_wheel: Callable[..., Path]
+) -> None:
+    """Upstream's own `X+cpu` wheel and a lean avx2 build: the fallback copy has upstream's name."""
+    folder = tmp_path / "w"
+    upstream = make_wheel(folder, "vcbdemo", "1.0+cpu", tag=X86, files={"vcbdemo/up.py": b""})
+    make_wheel(folder, "vcbdemo", "1.0+cpu.avx2", tag=X86)
+    root = tmp_path / "index"
+    publish_index(sorted(folder.glob("*.whl")), root, wheel_variants=True)
+    assert validate(root.resolve()) == []
+    assert (root / "files" / upstream.name).read_bytes() == upstream.read_bytes()
+    again = publish_index(sorted(folder.glob("*.whl")), root, wheel_variants=True)
+    assert not again.changed and validate(root.resolve()) == []
+
+
+def test_two_builds_of_one_level_are_one_file_the_newest_stated(
+    tmp_path: Path, make_wheel: Callable[..., Path]
+) -> None:
+    folder = tmp_path / "w"
+    for version in ("1.0+cpu.avx2", "1.0+cpu.avx2.1", "1.0+cpu.portable"):
+        files = {"vcbdemo/__init__.py": f"BUILD = {version!r}\n".encode()}
+        make_wheel(folder, "vcbdemo", version, tag=X86, files=files)
+    root = tmp_path / "index"
+    published = publish_index(sorted(folder.glob("*.whl")), root, wheel_variants=True)
+    assert validate(root.resolve()) == []
+    served = _served(root)
+    assert len(served) == len(set(served)), served
+    v3 = f"vcbdemo-1.0+cpu-{X86}-x86_64_v3.whl"
+    assert served.count(v3) == 1
+    with zipfile.ZipFile(root / FOLDER / "files" / v3) as archive:
+        assert archive.read("vcbdemo/__init__.py") == b"BUILD = '1.0+cpu.avx2.1'\n"
+    assert any(
+        "vcbdemo-1.0+cpu.avx2.1" in note and "newest" in note and "vcbdemo-1.0+cpu.avx2-" in note
+        for note in published.notes
+    ), published.notes
+
+
+def test_two_builds_of_one_level_and_one_version_are_refused(
+    tmp_path: Path, make_wheel: Callable[..., Path]
+) -> None:
+    folder = tmp_path / "w"
+    make_wheel(folder, "vcbdemo", "1.0+cpu.avx2", tag=X86)
+    other = make_wheel(tmp_path / "o", "vcbdemo", "1.0+cpu.avx2", tag=X86, files={"x.py": b""})
+    other.rename(folder / other.name.replace("cpu.avx2", "cpu.AVX2"))  # same version, two files
+    with pytest.raises(PublishError, match="both map to x86-64 level v3") as caught:
+        publish_index(sorted(folder.glob("*.whl")), tmp_path / "index", wheel_variants=True)
+    assert caught.value.exit_code == 12 and not (tmp_path / "index").exists()
+
+
+def test_uv_without_a_fallback_installs_nothing_below_v3(
+    per_isa_wheels: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "index"
+    publish_index(sorted(per_isa_wheels.glob("*.whl")), root, wheel_variants=True)
+    v3_host = dict.fromkeys(wheel_variants.V3, True)
+    plan = plan_uv_install(root.as_uri(), v3_host, uv="uv", project="vcbdemo")
+    assert plan.chosen.filename == f"vcbdemo-1.0+cpu-{X86}-x86_64_v3.whl"
+    avx2_only = {"avx2": True, "f16c": True}  # no FMA: below x86-64-v3
+    with pytest.raises(PublishError, match=r"level below v3.*no non-variant fallback"):
+        plan_uv_install(root.as_uri(), avx2_only, uv="uv", project="vcbdemo")
