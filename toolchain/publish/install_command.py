@@ -136,7 +136,7 @@ def served_wheels(
         raise PublishError(
             f"cannot read {printable(page_url)}: {printable(str(exc))}", hint=hint
         ) from exc
-    return wheel_files(files, project, labelled=labelled)
+    return wheel_files(files, project, labelled=labelled, page_url=page_url)
 
 
 def candidates(

@@ -46,14 +46,20 @@ class Wheels:
         return tuple(f"warning: skipped {name!r} on the index: {why}" for name, why in self.skipped)
 
 
-def wheel_files(files: Iterable[IndexFile], project: str, *, labelled: bool = False) -> Wheels:
+def wheel_files(
+    files: Iterable[IndexFile], project: str, *, labelled: bool = False, page_url: str = ""
+) -> Wheels:
     """The files that are wheels of `project` by a valid name (with a PEP 825 variant label
-    allowed when `labelled`); anything else named `.whl` is skipped, and said so."""
+    allowed when `labelled`) at an http(s) URL, or a file: URL on a file: index; anything else
+    named `.whl` is skipped, and said so."""
     kept, skipped = [], []
+    schemes = {"http", "https", *(["file"] if page_url.startswith("file:") else [])}
     for file in files:
         if not file.filename.endswith(".whl"):
             continue  # an sdist, a variants.json: not for us, and never printed
         why = name_problem(file.filename, project, labelled=labelled)
+        if why is None and urllib.parse.urlsplit(file.url).scheme not in schemes:
+            why = f"served from a {urllib.parse.urlsplit(file.url).scheme or 'relative'}: URL"
         if why is None:
             kept.append(file)
         else:
@@ -78,11 +84,10 @@ def name_problem(filename: str, project: str, *, labelled: bool = False) -> str 
 
 
 def nothing_left(project: str, page: str, wheels: Wheels) -> PublishError:
-    """The error when every wheel name on a page was skipped."""
-    names = ", ".join(repr(name) for name, _ in wheels.skipped)
+    """The error when every wheel on a page was skipped: each name (escaped) and why."""
+    names = "; ".join(f"{name!r} ({why})" for name, why in wheels.skipped)
     return PublishError(
-        f"no wheel of {project}: {printable(page)} lists no valid wheel file name "
-        f"(PEP 427), only {names}",
+        f"no wheel of {project}: {printable(page)} lists none install-command may use: {names}",
         hint="publish the wheels again with `nox -s publish`, or fix the index's file names",
     )
 

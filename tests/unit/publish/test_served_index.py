@@ -289,3 +289,14 @@ def test_publish_never_serves_a_name_that_is_not_pep_427(
     assert main(argv) == 12
     assert "not a wheel file name (PEP 427" in capsys.readouterr().err
     assert not (tmp_path / "index").exists()
+
+
+def test_a_wheel_served_from_a_local_file_url_is_skipped(
+    index: Callable[[Pages], str], good_wheel: Path
+) -> None:
+    """An http index cannot make install-command read this machine's files (file:, ftp:)."""
+    pages = dict(_flat(good_wheel, (GOOD,)))
+    local = {"files": [_entry(GOOD, f"{good_wheel.as_uri()}"), _entry(GOOD, "ftp://x/a.whl")]}
+    pages["/simple/vcbdemo/"] = (JSON, json.dumps(local).encode())
+    with pytest.raises(PublishError, match=r"served from a file: URL.*served from a ftp: URL"):
+        plan_install(index(pages) + "simple/", HOST, project="vcbdemo")
