@@ -143,8 +143,9 @@ def read_url(
     url: str, accept: str = "*/*", *, timeout: float = 60, redirects: bool = True
 ) -> tuple[bytes, str]:
     """(body, content type) of `url`; OSError (HTTPError included) when it cannot be read."""
+    headers = {"Accept": accept}
     try:
-        with open_url(url, headers={"Accept": accept}, timeout=timeout, redirects=redirects) as answer:
+        with open_url(url, headers=headers, timeout=timeout, redirects=redirects) as answer:
             return answer.read(), answer.headers.get("Content-Type", "")
     except (http.client.HTTPException, ValueError) as exc:  # a broken answer (IncompleteRead)
         raise PageError(f"{type(exc).__name__}: {exc}") from exc
