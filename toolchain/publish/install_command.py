@@ -10,7 +10,6 @@ one release, the exact version this CPU runs is pinned, since pip would take the
 from __future__ import annotations
 
 import dataclasses
-import json
 import platform
 import shlex
 import sys
@@ -32,6 +31,7 @@ from toolchain.publish.index import target_min_isa
 from toolchain.runtime_deps import PipSources, RuntimePlan, plan_requirements
 from toolchain.settings import PYPI_SIMPLE
 from toolchain.util import run
+from toolchain.util.datafile import parse_json
 from toolchain.util.index_env import CREDENTIALS_NOTE, shown_command
 from toolchain.util.simple_api import IndexFile, project_files, read_url
 from toolchain.wheelfile import metadata_requirements, requires_dist
@@ -100,7 +100,9 @@ def runnable_indexes(
     except PublishError:
         return [(root, None)]
     try:
-        variants: dict[str, Any] = json.loads(body)["variants"]
+        variants: dict[str, Any] = parse_json(
+            body, where=f"{root}variants.json", error=PublishError
+        )["variants"]
         found: list[tuple[str, tuple[str, ...] | None]] = [
             (urllib.parse.urljoin(root, info["simple"]), tuple(info["min_isa"]))
             for info in variants.values()

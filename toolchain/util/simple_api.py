@@ -7,11 +7,11 @@ sdist, a PublishError for publish and install-command).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from urllib.parse import urldefrag, urljoin
 
+from toolchain.util.datafile import parse_json
 from toolchain.util.net import open_url
 
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
@@ -65,7 +65,7 @@ def parse_project_page(body: bytes, content_type: str, page_url: str) -> list[In
                 sha256=entry.get("hashes", {}).get("sha256"),
                 has_metadata=bool(entry.get("core-metadata") or entry.get("dist-info-metadata")),
             )
-            for entry in json.loads(body)["files"]
+            for entry in parse_json(body, where=page_url)["files"]
         ]
     files = []
     for attrs, text in anchors(body.decode("utf-8", errors="replace")):
