@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -28,6 +29,20 @@ def existing_file(value: str) -> Path:
     if not path.is_file():
         raise argparse.ArgumentTypeError(f"{value}: no such file")
     return path
+
+
+def utilization(value: str) -> float:
+    """A share of memory, as vLLM's --gpu-memory-utilization takes it: above 0, at most 1."""
+    try:
+        share = float(value)
+    except ValueError:
+        share = math.nan
+    if not (math.isfinite(share) and 0 < share <= 1):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a share of memory: give a number above 0 and at most 1, "
+            "such as 0.9 (vLLM's default is 0.92)"
+        )
+    return share
 
 
 def print_json(data: object) -> None:
