@@ -19,7 +19,19 @@ from toolchain.util.urls import redact_json
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse would print usage and exit 2 itself
-        raise UsageError(message, hint=f"see: python -m toolchain {self.prog.split()[-1]} --help")
+        raise UsageError(message, hint=f"see: {self.prog} --help")  # prog names the command
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """As argparse's, but a flag the command does not know sends to that command's help
+        (argparse reports it from the top parser, which knows no command)."""
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            command = getattr(parsed, "command", None)
+            raise UsageError(
+                f"unrecognized arguments: {' '.join(unknown)}",
+                hint=f"see: {' '.join(filter(None, [self.prog, command]))} --help",
+            )
+        return parsed
 
 
 def existing_file(value: str) -> Path:

@@ -36,7 +36,10 @@ from toolchain.util.index_env import CREDENTIALS_NOTE, shown_command
 from toolchain.util.simple_api import IndexFile, project_files, read_url
 from toolchain.wheelfile import metadata_requirements, requires_dist
 
-NO_VARIANT_HINT = "publish a wheel this CPU runs: build one with a lower --target (README: Targets)"
+NO_VARIANT_HINT = (
+    "publish a wheel this CPU runs: build one for a lower target (`build-wheel --target T`; "
+    "README: `plan`, Targets)"
+)
 # Run by the target Python with this toolkit's (pure-Python) packaging on its path: a venv made
 # for uv has no pip to ask.
 TAGS_OF = (
@@ -211,7 +214,8 @@ def plan_install(
         raise PublishError(
             f"no wheel on the index installs into {python} ({', '.join(takes)}): the Python "
             f"tags do not match, whatever the CPU: {sorted(c.filename for c in listed)}",
-            hint="build a wheel for that Python (--python), or install into a matching one",
+            hint="build a wheel for that Python (`build-wheel --python X.Y`), or install into "
+            "a matching one (--python)",
         )
     chosen = choose(found, host_isa, version)
     deps = plan_requirements(candidate_requirements(chosen))
@@ -251,7 +255,7 @@ def plan_uv_install(
     except OSError as exc:
         raise PublishError(
             f"cannot read {page}: {exc}",
-            hint="publish with --wheel-variants, or give the index root with --index",
+            hint="publish with `publish --wheel-variants`, or give the index root with --index",
         ) from exc
     releases = sorted({_version(f.filename) for f in files})
     wanted = [v for v in releases if version is None or version in (v.public, str(v))]
@@ -263,7 +267,7 @@ def plan_uv_install(
     if fallback is None:
         raise PublishError(
             f"{page} has no non-variant {project} {wanted[-1]} that installs into {python}",
-            hint="publish with --wheel-variants from wheels built for that Python",
+            hint="publish wheels built for that Python with `publish --wheel-variants`",
         )
     level = wheel_variants.host_level(host_isa)
     order = list(wheel_variants.LEVELS)
