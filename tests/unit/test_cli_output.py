@@ -170,7 +170,11 @@ def test_json_is_read_through_one_helper() -> None:
 
 # F21: every hint names commands, sessions, flags, files and README parts that exist
 FLAG = re.compile(r"--[a-z][\w-]*")
-SPAN = re.compile(r"`([^`]+)`|nox -s [\w-]+(?: -- [^;,()`]*)?|python -m toolchain[^;,()`]*")
+SPAN = re.compile(
+    r"`([^`]+)`|nox -s [\w-]+(?: -- [^;,()`]*)?|python -m toolchain[^;,()`]*"
+    r"|\b(?:apt-get|git|pip|twine|uv) [^;,()`]*"  # another program's flags are not ours
+)
+OTHER_PROGRAMS = {"apt-get", "git", "pip", "twine", "uv"}
 
 
 def _flags_by_command() -> dict[str, set[str]]:
@@ -235,6 +239,8 @@ def _in_spans(hint: str) -> list[str]:
     flags, sessions, wrong = _flags_by_command(), _sessions(), []
     for span in SPAN.finditer(hint):
         words = (span.group(1) or span.group(0)).split()
+        if words[0] in OTHER_PROGRAMS:
+            continue
         if words[:2] == ["nox", "-s"]:
             if words[2] not in sessions:
                 wrong.append(f"nox session {words[2]}")
@@ -293,6 +299,7 @@ def test_the_checker_finds_what_was_wrong() -> None:
     assert wrong_references("`plan --to DIR`") == ["--to of plan"]
     assert wrong_references("see recipes/patches/none.patch") == ["file recipes/patches/none.patch"]
     assert wrong_references("(README: Nowhere)") == ["README Nowhere"]
+    assert wrong_references("git -C {} fetch --tags, or pass --git X") == []
 
 
 def _host_lacking(tmp_path: Path, flag: str) -> Any:
@@ -337,7 +344,7 @@ def test_a_hint_as_printed_names_flags_of_the_command_that_printed_it(
 ) -> None:
     from toolchain.cli import build
 
-    monkeypatch.setattr(build, "detect_host", lambda: _host_lacking(tmp_path, "avx2"))
+    monkeypatch.setattr(build, "detect_host", lambda **_: _host_lacking(tmp_path, "avx2"))
     if argv == ["install-command"]:
         (tmp_path / "variants.json").write_text(
             '{"variants": {"amx": {"simple": "amx/simple/", "min_isa": ["no_such_feature"], '
