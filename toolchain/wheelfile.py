@@ -19,6 +19,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from toolchain.errors import DataFileError
+from toolchain.util.datafile import parse_json
 from toolchain.util.files import atomic_path
 
 MANIFEST_NAME = "vllm_cpu_builder.json"
@@ -176,10 +177,7 @@ def read_manifest(wheel: Path) -> dict[str, Any] | None:
     raw = _read_member(wheel, MANIFEST_NAME)
     if raw is None:
         return None
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataFileError(f"{wheel}: {MANIFEST_NAME} is not JSON ({exc})") from exc
+    data = parse_json(raw, where=f"{wheel}: {MANIFEST_NAME}")
     if not isinstance(data, dict):
         raise DataFileError(f"{wheel}: {MANIFEST_NAME} is not a JSON object")
     return data

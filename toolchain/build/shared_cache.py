@@ -17,9 +17,11 @@ from typing import Any
 from toolchain.build.compilation import process_table, running
 from toolchain.build.provision import dist_toolchain
 from toolchain.build.runner import BuildRun
+from toolchain.errors import ProcessFailedError
 from toolchain.plan.buildplan import BuildPlan
 from toolchain.util import run
 from toolchain.util.compile_cache import DIST_TOKEN_ENV
+from toolchain.util.datafile import parse_json
 from toolchain.util.report import reporter
 
 
@@ -72,7 +74,9 @@ def count(build: BuildRun, env: dict[str, str]) -> None:
     # The compilers ran as children of the sccache server, not of the compile: count them here.
     if build.facts.compile is not None:
         build.facts.compile.cpu_seconds += server_cpu_seconds(binary)
-    stats: dict[str, Any] = json.loads(shown.stdout)["stats"]
+    stats: dict[str, Any] = parse_json(
+        shown.stdout, where=f"{binary} --show-stats", error=ProcessFailedError
+    )["stats"]
 
     def total(key: str) -> int:
         # a number, {"counts": {language: n}}, or (dist_compiles) {build server: n}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 import os
 import shutil
 import sys
@@ -24,6 +23,7 @@ from toolchain.errors import ProcessFailedError, SourceError, UsageError
 from toolchain.plan.recipes import Recipe, ThirdParty
 from toolchain.settings import PYPI_SIMPLE
 from toolchain.util import run
+from toolchain.util.datafile import parse_json
 from toolchain.util.files import CHUNK, atomic_path, remove_stale_parts, sha256_file, tar_sha256
 from toolchain.util.net import open_url
 from toolchain.util.report import reporter
@@ -166,7 +166,9 @@ def _pip_download(
             hint="check pip's configuration (pip config list) or --index-url, or put the "
             "sdist in the --sources mirror",
         )
-    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    answer = parse_json(
+        result.stdout.strip().rpartition("\n")[2], where="pip's answer", error=SourceError
+    )
     return str(answer["url"]), answer["index_sha256"]
 
 

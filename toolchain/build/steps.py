@@ -37,6 +37,7 @@ from toolchain.plan.buildplan import BuildPlan
 from toolchain.plan.recipes import OnednnPrune, Patch
 from toolchain.runtime_deps import PipSources
 from toolchain.util import run
+from toolchain.util.datafile import parse_json
 from toolchain.util.files import MARKER as UNPACK_MARKER
 from toolchain.util.files import atomic_path, file_lock, sha256_file, tar_sha256, unpack_tar
 from toolchain.util.index_env import secret_indexes_to_env, with_env
@@ -232,7 +233,9 @@ def install_requirements(build: BuildRun) -> None:
         ],
         timeout=300,
     )
-    version, cuda = json.loads(probe.stdout.strip().splitlines()[-1])
+    version, cuda = parse_json(
+        probe.stdout.strip().rpartition("\n")[2], where=f"{python}'s torch", error=BuildError
+    )
     wanted = torch.version
     if cuda is not None and not build.options.allow_cuda_torch:
         raise BuildError(

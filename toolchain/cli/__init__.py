@@ -7,6 +7,8 @@ its handlers parse settings into typed options and call one function of the libr
 from __future__ import annotations
 
 import argparse
+import os
+import select
 import sys
 from collections.abc import Sequence
 
@@ -26,7 +28,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# A reader that went away (`python -m toolchain plan | head`): the exit of a program killed by
+# SIGPIPE, as `cat` or `yes` end there, so `set -o pipefail` scripts see it as they would for them.
+READER_GONE = 128 + 13
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()  # buffered output meets a closed pipe here, not at exit
+    except BrokenPipeError:
+        if not _silence_closed_pipes():
+            raise  # a pipe to a child or a socket, not our output: not ours to hide
+        return READER_GONE
+
+
+def _silence_closed_pipes() -> bool:
+    """Point stdout and stderr at /dev/null when their reader has gone, so nothing (not even
+    Python's last flush at exit) writes to them again; False when neither has gone (the
+    way CPython's documentation of SIGPIPE and pip handle it)."""
+    closed = False
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            descriptor = stream.fileno()
+        except (AttributeError, OSError, ValueError):  # replaced by a test, or closed
+            continue
+        poller = select.poll()
+        poller.register(descriptor, select.POLLOUT)
+        if any(events & select.POLLERR for _, events in poller.poll(0)):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), descriptor)
+            closed = True
+    return closed
+
+
+def _run(argv: Sequence[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
         code: int = args.handler(args)

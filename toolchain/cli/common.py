@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -18,7 +19,19 @@ from toolchain.util.urls import redact_json
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse would print usage and exit 2 itself
-        raise UsageError(message, hint=f"see: python -m toolchain {self.prog.split()[-1]} --help")
+        raise UsageError(message, hint=f"see: {self.prog} --help")  # prog names the command
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """As argparse's, but a flag the command does not know sends to that command's help
+        (argparse reports it from the top parser, which knows no command)."""
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            command = getattr(parsed, "command", None)
+            raise UsageError(
+                f"unrecognized arguments: {' '.join(unknown)}",
+                hint=f"see: {' '.join(filter(None, [self.prog, command]))} --help",
+            )
+        return parsed
 
 
 def existing_file(value: str) -> Path:
@@ -28,6 +41,20 @@ def existing_file(value: str) -> Path:
     if not path.is_file():
         raise argparse.ArgumentTypeError(f"{value}: no such file")
     return path
+
+
+def utilization(value: str) -> float:
+    """A share of memory, as vLLM's --gpu-memory-utilization takes it: above 0, at most 1."""
+    try:
+        share = float(value)
+    except ValueError:
+        share = math.nan
+    if not (math.isfinite(share) and 0 < share <= 1):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a share of memory: give a number above 0 and at most 1, "
+            "such as 0.9 (vLLM's default is 0.92)"
+        )
+    return share
 
 
 def print_json(data: object) -> None:

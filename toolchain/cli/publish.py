@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -19,6 +18,7 @@ from toolchain.publish.install_command import plan_install, plan_uv_install
 from toolchain.publish.upload import upload
 from toolchain.settings import add_setting_flags, publish_options, settings_named
 from toolchain.util import run
+from toolchain.util.datafile import load_json
 from toolchain.util.index_env import secret_indexes_to_env, with_env
 from toolchain.util.urls import checked_url, redact
 
@@ -44,7 +44,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         print(f"{variant}/simple/: {', '.join(names)}")
     if options.wheel_variants:
         pages = sorted((published.root / wheel_variants.FOLDER / "simple").glob("*/index.json"))
-        names = [f["filename"] for page in pages for f in json.loads(page.read_text())["files"]]
+        names = [f["filename"] for page in pages for f in load_json(page)["files"]]
         print(f"{wheel_variants.FOLDER}/simple/: {', '.join(names) or 'nothing to choose from'}")
         for note in published.notes:
             print(f"  {note}")

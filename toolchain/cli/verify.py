@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from toolchain.cli.common import existing_file, print_json, settings_values
+from toolchain.cli.common import existing_file, print_json, settings_values, utilization
 from toolchain.detect.host import detect_host
 from toolchain.errors import UsageError
 from toolchain.settings import add_setting_flags, pip_sources, settings_named, work_dir
@@ -187,7 +187,7 @@ def _add_verify(commands: Any) -> None:
     )
     verify_cmd.add_argument(
         "--gpu-memory-utilization",
-        type=float,
+        type=utilization,
         default=DEFAULT_UTILIZATION,
         help=f"the value you will run with (default: vLLM's {DEFAULT_UTILIZATION})",
     )
@@ -224,6 +224,6 @@ def configure_parser(commands: Any) -> None:
     memory = commands.add_parser(
         "check-memory", help="what --gpu-memory-utilization reserves here, as vLLM computes"
     )
-    memory.add_argument("--utilization", type=float, default=DEFAULT_UTILIZATION)
+    memory.add_argument("--utilization", type=utilization, default=DEFAULT_UTILIZATION)
     memory.add_argument("--node", type=int, default=0, help="NUMA node of the worker")
     memory.set_defaults(handler=cmd_check_memory)

@@ -76,7 +76,8 @@ class Host:
                 f"{'the machine described' if self.source in SAVED_SOURCES else 'this machine'} "
                 f"is {self.arch}: vLLM's CPU backend is supported here only on "
                 f"{' and '.join(SUPPORTED_ARCHES)}",
-                hint="build on, or describe with --cpuinfo, an x86_64 or aarch64 machine",
+                hint="build on an x86_64 or aarch64 machine (`plan --cpuinfo FILE` plans for "
+                "one from its saved /proc/cpuinfo)",
             )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import tempfile
 from importlib import resources
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from toolchain.detect.host import Host
-from toolchain.errors import PlanError
+from toolchain.errors import DataFileError, PlanError
 from toolchain.plan.buildplan import (
     BuildPlan,
     Compiler,
@@ -38,6 +37,7 @@ from toolchain.plan.recipes import (
 from toolchain.plan.target import choose_target, runs_on
 from toolchain.settings import BuildOptions
 from toolchain.util.compile_cache import PREPROCESS_MIB, scheduler_status
+from toolchain.util.datafile import load_json
 from toolchain.util.source_lock import LOCK_NAME
 from toolchain.util.units import MIB
 
@@ -290,11 +290,11 @@ def _expected_cost(wheel_dir: Path, wheel_version: str, build_type: str) -> Expe
     seen = []
     for path in wheel_dir.glob(f"vllm-{wheel_version}-*.whl.manifest.json"):
         try:
-            record = json.loads(path.read_text())
+            record = load_json(path)
             cpu = float(record["compile"]["cpu_seconds"])
             wall = float(record["compile"]["seconds"])
             built_as = record["env"].get("CMAKE_BUILD_TYPE", "RelWithDebInfo")
-        except (OSError, ValueError, KeyError, TypeError):
+        except (DataFileError, ValueError, KeyError, TypeError):
             continue  # an older manifest without the figures, or not one of ours
         if built_as == build_type:
             seen.append(ExpectedCost(cpu_seconds=cpu, wall_seconds=wall, manifest=path.name))

@@ -67,7 +67,8 @@ def _best_target(recipe: Recipe, model: IsaModel, isa: Mapping[str, bool]) -> Is
         raise PlanError(
             f"this CPU cannot run any vLLM {recipe.vllm} CPU wheel: it lacks "
             f"{', '.join(runs_on(first, isa))}",
-            hint="build for another machine with --target and --cpuinfo FILE of that machine",
+            hint=f"build for other CPUs with --target {' or --target '.join(model.targets)} "
+            "(`plan --cpuinfo FILE` plans for a machine from its saved /proc/cpuinfo)",
         )
     default = model.targets.get(model.default_target or "")
     return default if default in fitting else fitting[-1]

@@ -6,7 +6,6 @@ Every link must point at a file whose sha256 matches its fragment, every metadat
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from urllib.parse import unquote, urldefrag
 
 from packaging.utils import canonicalize_name
 
+from toolchain.util.datafile import load_json
 from toolchain.util.files import sha256_file
 from toolchain.util.simple_api import anchors
 
@@ -36,7 +36,7 @@ def validate(root: Path) -> list[str]:
 def _check_root(simple: Path) -> list[str]:
     problems = []
     page = (simple / "index.html").read_text()
-    data = json.loads((simple / "index.json").read_text())
+    data = load_json(simple / "index.json")
     if not API_META.search(page) or data.get("meta", {}).get("api-version", "")[:2] != "1.":
         problems.append(f"{simple}: missing pypi:repository-version / meta.api-version 1.x")
     listed = [text for _, text in anchors(page)]
@@ -52,7 +52,7 @@ def _check_root(simple: Path) -> list[str]:
 def _check_project(folder: Path) -> list[str]:
     problems: list[str] = []
     page = (folder / "index.html").read_text()
-    data: dict[str, Any] = json.loads((folder / "index.json").read_text())
+    data: dict[str, Any] = load_json(folder / "index.json")
     if data.get("name") != folder.name:
         problems.append(f"{folder}: JSON name {data.get('name')!r} is not {folder.name!r}")
     from_html: dict[str, tuple[str, str, str | None, str | None]] = {}

@@ -43,7 +43,10 @@ from toolchain.util.index_env import CREDENTIALS_NOTE, shown_command
 from toolchain.util.simple_api import IndexFile, project_files, read_url
 from toolchain.wheelfile import metadata_requirements, requires_dist
 
-NO_VARIANT_HINT = "publish a wheel this CPU runs: build one with a lower --target (README: Targets)"
+NO_VARIANT_HINT = (
+    "publish a wheel this CPU runs: build one for a lower target (`build-wheel --target T`; "
+    "README: `plan`, Targets)"
+)
 # Run by the target Python with this toolkit's (pure-Python) packaging on its path: a venv made
 # for uv has no pip to ask.
 TAGS_OF = (
@@ -236,7 +239,8 @@ def plan_install(
         raise PublishError(
             f"no wheel on the index installs into {python} ({', '.join(takes)}): the Python "
             f"tags do not match, whatever the CPU: {sorted(c.filename for c in listed)}",
-            hint="build a wheel for that Python (--python), or install into a matching one",
+            hint="build a wheel for that Python (`build-wheel --python X.Y`), or install into "
+            "a matching one (--python)",
         )
     chosen = choose(found, host_isa, version)
     deps = plan_requirements(candidate_requirements(chosen))
@@ -271,7 +275,7 @@ def plan_uv_install(
     x86-64 level; the plan says which one it should pick here."""
     simple = urllib.parse.urljoin(index.rstrip("/") + "/", f"{wheel_variants.FOLDER}/simple/")
     page = f"{simple}{canonicalize_name(project)}/"
-    hint = "publish with --wheel-variants, or give the index root with --index"
+    hint = "publish with `publish --wheel-variants`, or give the index root with --index"
     wheels = served_wheels(page, project, labelled=True, hint=hint)
     if not wheels.files and wheels.skipped:
         raise nothing_left(project, page, wheels)
@@ -284,7 +288,7 @@ def plan_uv_install(
     if not any(tags_of(f.filename) & tags for f in mine):
         raise PublishError(
             f"{page} has no {project} {wanted[-1]} that installs into {python}",
-            hint="publish with --wheel-variants from wheels built for that Python",
+            hint="publish wheels built for that Python with `publish --wheel-variants`",
         )
     level = wheel_variants.host_level(host_isa)
     expected = _uv_pick([f for f in mine if tags_of(f.filename) & tags], level)

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from packaging.version import Version
 
 from toolchain.errors import PublishError
+from toolchain.util.datafile import parse_json
 from toolchain.wheelfile import retag_wheel
 
 SCHEMA = "https://variants-schema.wheelnext.dev/peps/850/v0.2.0.json"
@@ -199,4 +200,5 @@ def _refuse_existing(dest: Path) -> None:
 def read_variant_json(wheel: Path) -> dict[str, Any] | None:
     with zipfile.ZipFile(wheel) as archive:
         names = [n for n in archive.namelist() if n.endswith(".dist-info/variant.json")]
-        return json.loads(archive.read(names[0])) if names else None
+        raw = archive.read(names[0]) if names else None
+    return parse_json(raw, where=f"{wheel}: {names[0]}") if raw is not None else None

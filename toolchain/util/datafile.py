@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 from typing import Any
 
-from toolchain.errors import DataFileError
+from toolchain.errors import DataFileError, ToolchainError
 
 
 def read_text(path: Path) -> str:
@@ -21,6 +22,25 @@ def read_text(path: Path) -> str:
         raise DataFileError(f"{path}: cannot be read ({exc.strerror})") from exc
     except UnicodeDecodeError as exc:
         raise DataFileError(f"{path}: not UTF-8 text (byte {exc.start})") from exc
+
+
+def parse_json(
+    text: str | bytes, *, where: str, error: type[ToolchainError] = DataFileError
+) -> Any:
+    """JSON text (a file, a server's answer, a child's output) as Python values; `error` naming
+    `where` when it is not JSON: bad syntax, bytes that are not UTF-8, or arrays and objects
+    nested deeper than the parser follows (a RecursionError, not a traceback)."""
+    try:
+        return json.loads(text)
+    except RecursionError as exc:
+        raise error(f"{where}: arrays or objects nested too deeply to read as JSON") from exc
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise error(f"{where}: not JSON ({exc})") from exc
+
+
+def load_json(path: Path) -> Any:
+    """A JSON file; DataFileError naming it when it cannot be read or is not JSON."""
+    return parse_json(read_text(path), where=str(path))
 
 
 def load_toml(path: Path) -> dict[str, Any]:

@@ -10,12 +10,13 @@ OSError like the others: an index that answers nonsense is as unusable as one th
 from __future__ import annotations
 
 import http.client
-import json
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import urldefrag, urljoin
 
+from toolchain.errors import DataFileError
+from toolchain.util.datafile import parse_json
 from toolchain.util.net import open_url
 
 JSON_ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
@@ -66,11 +67,9 @@ def sha256_fragment(url: str) -> tuple[str, str | None]:
 def load_json(body: bytes) -> Any:
     """The JSON value of `body`; PageError when it is not JSON (or nested thousands deep)."""
     try:
-        return json.loads(body)
-    except RecursionError as exc:
-        raise PageError("not JSON that can be read (nested too deep)") from exc
-    except ValueError as exc:  # UnicodeDecodeError included
-        raise PageError(f"not JSON ({type(exc).__name__}: {str(exc)[:80]})") from exc
+        return parse_json(body, where="the page")
+    except DataFileError as exc:
+        raise PageError(str(exc).removeprefix("the page: ")[:120]) from exc
 
 
 def parse_project_page(body: bytes, content_type: str, page_url: str) -> list[IndexFile]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.errors import DataFileError, SourceError
-from toolchain.util.datafile import read_text
+from toolchain.util.datafile import load_json
 from toolchain.util.files import atomic_path, file_lock
 from toolchain.util.report import reporter
 
@@ -26,10 +26,7 @@ def read_lock(folder: Path) -> dict[str, dict[str, str]]:
     path = folder / LOCK_NAME
     if not path.is_file():
         return {}
-    try:
-        data: Any = json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise DataFileError(f"{path}: not JSON ({exc})") from exc
+    data: Any = load_json(path)
     entries = data.get("archives") if isinstance(data, dict) else None
     if not isinstance(entries, dict) or not all(
         isinstance(entry, dict)

@@ -45,6 +45,15 @@ def _redact_url(match: re.Match[str]) -> str:
     return scheme + authority + QUERY_PARAMETER.sub(_hidden_parameter, rest)
 
 
+# What to give instead: pip's index flags take a folder of wheels as file:// or --find-links
+FOLDER_HINT = "for a folder, use file:///path or --find-links"
+URL_HINTS = {
+    "--upload": "give the upload URL of the index server, e.g. http://host:8080/",
+    "--index": "for a folder, use file:///path/ (`install-command --index-dir DIR` for one "
+    "written by publish)",
+}
+
+
 def redact(text: str) -> str:
     """`text` with the user part and the secret query values of every URL in it hidden."""
     return URL.sub(_redact_url, text)
@@ -114,6 +123,6 @@ def checked_url(value: str, flag: str) -> str:
     if parts.scheme not in SCHEMES or (parts.scheme != "file" and not parts.hostname):
         raise UsageError(
             f"{flag} takes a URL such as https://host/simple/, not '{redact(value)}'",
-            hint=f"for a folder, use file:///path or --find-links; schemes: {', '.join(SCHEMES)}",
+            hint=f"{URL_HINTS.get(flag, FOLDER_HINT)}; schemes: {', '.join(SCHEMES)}",
         )
     return value

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Mapping
@@ -10,7 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolchain.errors import DataFileError
 from toolchain.util import run
+from toolchain.util.datafile import parse_json
 from toolchain.verify.openai_api import ApiReport, exercise
 from toolchain.verify.results import FAIL, PASS, CheckResult
 from toolchain.verify.server import Server, free_port, scratch
@@ -103,7 +104,11 @@ def memory_seen(text: str) -> str:
 def _marked(stdout: str, mark: str) -> dict[str, Any]:
     """The JSON on the line of `stdout` that starts with `mark`, or {}."""
     line = next((x for x in stdout.splitlines() if x.startswith(mark)), None)
-    return json.loads(line.removeprefix(mark)) if line else {}
+    try:
+        found = parse_json(line.removeprefix(mark), where=mark) if line else {}
+    except DataFileError:
+        return {}  # the check reports the run as failed, with its log
+    return found if isinstance(found, dict) else {}
 
 
 def root_error(text: str) -> str:
@@ -118,7 +123,7 @@ def root_error(text: str) -> str:
 def _exercise(base: str) -> ApiReport:
     try:
         return exercise(base, MODEL_NAME)
-    except (OSError, ValueError, KeyError) as exc:  # a malformed or missing answer
+    except (OSError, ValueError, KeyError, DataFileError) as exc:  # a malformed or missing answer
         return ApiReport(problems=[f"the server answered unexpectedly: {exc!r}"])
 
 

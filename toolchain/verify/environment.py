@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -14,6 +13,7 @@ from packaging.utils import parse_wheel_filename
 from toolchain.errors import KernelCheckError, UsageError
 from toolchain.runtime_deps import PipSources, RuntimePlan, runtime_requirements
 from toolchain.util import run
+from toolchain.util.datafile import parse_json
 from toolchain.util.index_env import secret_indexes_to_env, with_env
 from toolchain.verify.kernels import SIGILL_CODES
 from toolchain.verify.results import CheckResult, Findings
@@ -102,7 +102,9 @@ def probe(
             f"{python} {how} importing torch and vllm{': ' if last else ''}{' | '.join(last)}",
             hint="install the wheel into that environment first (or let verify create one)",
         )
-    report: dict[str, Any] = json.loads(line.removeprefix("RESULT "))
+    report: dict[str, Any] = parse_json(
+        line.removeprefix("RESULT "), where=f"{python}'s report", error=KernelCheckError
+    )
     return report
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -16,6 +15,7 @@ from toolchain.detect.host import Host, detect_host
 from toolchain.errors import KernelCheckError
 from toolchain.runtime_deps import PipSources, RuntimePlan
 from toolchain.util import run
+from toolchain.util.datafile import load_json
 from toolchain.util.report import reporter
 from toolchain.verify.engine_checks import SCRIPTS, Engine, run_generate, run_serve
 from toolchain.verify.environment import check_install, create_env, probe, wheel_from_index
@@ -158,7 +158,7 @@ def _wheel_needs(manifest: dict[str, Any] | None) -> tuple[list[str], str]:
 def _installed_manifest(facts: dict[str, Any]) -> dict[str, Any] | None:
     site = Path(facts["vllm_package"]).parent
     for path in site.glob(f"*.dist-info/{MANIFEST_NAME}"):
-        data: dict[str, Any] = json.loads(path.read_text())
+        data: dict[str, Any] = load_json(path)
         return data
     return None
 

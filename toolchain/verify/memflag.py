@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain.detect.memory import parse_meminfo
+from toolchain.errors import UsageError
 from toolchain.util.cgroup import read_int
 from toolchain.util.units import GIB, gib
 
@@ -105,6 +106,13 @@ def node_memory(
     cgroup_root: Path = Path("/sys/fs/cgroup"),
 ) -> NodeMemory:
     path = nodes / f"node{node}" / "meminfo"
+    exposed = sorted(int(p.name[4:]) for p in nodes.glob("node*") if p.name[4:].isdigit())
+    if node < 0 or (exposed and node not in exposed):
+        raise UsageError(
+            f"NUMA node {node} does not exist here; this machine has node "
+            + ", ".join(map(str, exposed or [0])),
+            hint="give --node one of those (the node the vLLM worker is bound to)",
+        )
     system = parse_meminfo(meminfo.read_text())
     system_total = system["MemTotal"]
     system_available = system.get("MemAvailable", system["MemFree"])

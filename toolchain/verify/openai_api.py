@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolchain.util.datafile import parse_json
 from toolchain.verify.server import http
 
 PROMPT_COUNTER = "vllm:prompt_tokens_total"
@@ -44,7 +45,7 @@ def sse_events(body: bytes) -> list[dict[str, Any]]:
         data = line.removeprefix("data: ").strip()
         if data == "[DONE]":
             break
-        events.append(json.loads(data))
+        events.append(parse_json(data, where="a streamed event"))
     return events
 
 
@@ -55,7 +56,8 @@ def _post(fetch: Fetch, url: str, payload: dict[str, Any]) -> tuple[int, bytes]:
 def exercise(base: str, model: str, fetch: Fetch = http) -> ApiReport:
     report = ApiReport()
     code, body = fetch(f"{base}/v1/models")
-    served = [m.get("id") for m in json.loads(body).get("data", [])] if code == 200 else []
+    answer = parse_json(body, where="/v1/models") if code == 200 else {}
+    served = [m.get("id") for m in answer.get("data", [])]
     report.details["models"] = served
     if model not in served:
         report.problems.append(f"/v1/models answered {code} without {model!r}: {served}")
@@ -71,7 +73,7 @@ def exercise(base: str, model: str, fetch: Fetch = http) -> ApiReport:
         if code != 200:
             report.problems.append(f"{path} answered {code}: {body[:300]!r}")
             continue
-        usage = json.loads(body)["usage"]
+        usage = parse_json(body, where=path)["usage"]
         report.prompt_tokens += usage["prompt_tokens"]
         report.details[name] = usage
     _stream(base, model, fetch, report)

@@ -22,7 +22,13 @@ from toolchain.errors import UsageError
 ENGINE_NAMES = frozenset({"LLM", "LLMEngine", "AsyncLLMEngine", "AsyncLLM"})
 ENGINE_MODULE = "vllm"
 RUNS_CODE = frozenset({"exec", "eval"})
+IMPORTERS = frozenset(
+    {"__import__", "builtins.__import__", "import_module", "importlib.import_module"}
+)
+PARTIALS = frozenset({"partial", "functools.partial"})
+IMPORTED = "import_module('vllm')"  # the root of a path to a vllm module imported by name
 Function = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,19 +45,44 @@ class Finding:
         )
 
 
-def _main_guard(node: ast.AST) -> str | None:
-    """'==' for `if __name__ == "__main__":`, '!=' for its negation, else None."""
-    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
-        return None
-    test = node.test
-    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq | ast.NotEq):
-        return None
-    sides = [test.left, *test.comparators]
+def _is_main_test(node: ast.expr, op: type[ast.cmpop]) -> bool:
+    """`__name__ == "__main__"` (op Eq) or `__name__ != "__main__"` (op NotEq), either side."""
+    if not isinstance(node, ast.Compare) or len(node.ops) != 1:
+        return False
+    sides = [node.left, *node.comparators]
     names = {s.id for s in sides if isinstance(s, ast.Name)}
     texts = {s.value for s in sides if isinstance(s, ast.Constant)}
-    if names != {"__name__"} or texts != {"__main__"}:
-        return None
-    return "==" if isinstance(test.ops[0], ast.Eq) else "!="
+    return isinstance(node.ops[0], op) and names == {"__name__"} and texts == {"__main__"}
+
+
+def _true_only_in_main(test: ast.expr) -> bool:
+    """The test can hold only in the main script: `__name__ == "__main__" and ...` and kin."""
+    if isinstance(test, ast.BoolOp):
+        check = any if isinstance(test.op, ast.And) else all
+        return check(_true_only_in_main(value) for value in test.values)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _false_only_in_main(test.operand)
+    return _is_main_test(test, ast.Eq)
+
+
+def _false_only_in_main(test: ast.expr) -> bool:
+    """The test can fail only in the main script: `__name__ != "__main__" or ...` and kin."""
+    if isinstance(test, ast.BoolOp):
+        check = any if isinstance(test.op, ast.Or) else all
+        return check(_false_only_in_main(value) for value in test.values)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _true_only_in_main(test.operand)
+    return _is_main_test(test, ast.NotEq)
+
+
+def _branches(node: ast.If | ast.IfExp) -> list[ast.AST]:
+    """The test and the branches of an `if` a spawned child can take."""
+    body = node.body if isinstance(node.body, list) else [node.body]
+    orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
+    children: list[ast.AST] = [node.test]
+    children += [] if _true_only_in_main(node.test) else body
+    children += [] if _false_only_in_main(node.test) else orelse
+    return children
 
 
 def _defaults(function: Function) -> list[ast.AST]:
@@ -63,40 +94,84 @@ def _defaults(function: Function) -> list[ast.AST]:
     return found
 
 
+def _called_lambdas(node: ast.Call | Definition) -> list[ast.AST]:
+    """Bodies of lambdas called where they stand: `(lambda: ...)()` and lambda decorators."""
+    called = [node.func] if isinstance(node, ast.Call) else node.decorator_list
+    return [function.body for function in called if isinstance(function, ast.Lambda)]
+
+
 def runs(nodes: Sequence[ast.AST]) -> Iterator[ast.AST]:
-    """Every node that runs when `nodes` run: not the bodies of functions and lambdas defined
-    there (only their decorators and defaults), not the branch a __main__ guard protects."""
+    """Every node that runs when `nodes` run in a spawned child: not the bodies of functions
+    and lambdas defined there (only their decorators and defaults, and the body of a lambda
+    called on the spot), not a branch only the main script takes."""
     stack = list(reversed(nodes))
     while stack:
         node = stack.pop()
         yield node
-        guard = _main_guard(node)
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            children = _defaults(node) + _called_lambdas(node)
+        elif isinstance(node, ast.Lambda):
             children = _defaults(node)
-        elif guard is not None and isinstance(node, ast.If):
-            children = [node.test, *(node.orelse if guard == "==" else node.body)]
+        elif isinstance(node, ast.If | ast.IfExp):
+            children = _branches(node)
+        elif isinstance(node, ast.Call | ast.ClassDef):
+            children = list(ast.iter_child_nodes(node)) + _called_lambdas(node)
         else:
             children = list(ast.iter_child_nodes(node))
         stack.extend(reversed(children))
 
 
-def _dotted(node: ast.expr) -> str:
-    """`a.b.c` for a name or an attribute chain, '' for anything else (iterative: deep chains)."""
+def _chain(node: ast.expr) -> str:
+    """`a.b.c` for a name or a chain of attributes of one, else ''."""
     parts = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
         node = node.value
-    if not isinstance(node, ast.Name):
-        return "." + ".".join(reversed(parts)) if parts else ""
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else ""
+
+
+def _imported_name(call: ast.Call) -> str:
+    """The module `__import__("...")` or `importlib.import_module("...")` imports, else ''."""
+    if _chain(call.func) not in IMPORTERS:
+        return ""
+    named = [*call.args[:1], *(k.value for k in call.keywords if k.arg == "name")]
+    texts = [node.value for node in named if isinstance(node, ast.Constant)]
+    return texts[0] if texts and isinstance(texts[0], str) else ""
+
+
+def _path(node: ast.expr) -> str:
+    """What an expression names, as a dotted path: `a.b.c`; `getattr(a, "b")` as `a.b`;
+    `functools.partial(f, ...)` as `f` (calling it calls f); a vllm module imported by name
+    as IMPORTED; '' for anything else. A loop, not recursion: chains can be deep."""
+    parts: list[str] = []
+    while not isinstance(node, ast.Name):
+        if isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+            continue
+        if not isinstance(node, ast.Call):
+            return ""
+        function, args = _chain(node.func), node.args
+        if function == "getattr" and len(args) >= 2 and isinstance(args[1], ast.Constant):
+            parts.append(str(args[1].value))
+            node = args[0]
+        elif function in PARTIALS and args:
+            node = args[0]
+        elif _imported_name(node).split(".")[0] == ENGINE_MODULE:
+            return ".".join([IMPORTED, *reversed(parts)])
+        else:
+            return ""
     return ".".join([node.id, *reversed(parts)])
 
 
 @dataclass
 class _Names:
-    """Local names bound to vllm modules and to engine classes, anywhere in the script."""
+    """Local names bound to vllm modules, to engine classes and to other names, anywhere in
+    the script (scopes are not told apart: a name bound anywhere counts everywhere)."""
 
     modules: set[str] = field(default_factory=set)
     engines: set[str] = field(default_factory=set)
+    aliases: dict[str, str] = field(default_factory=dict)  # `E = vllm.LLM`: E -> vllm.LLM
 
     def add(self, tree: ast.AST) -> None:
         for node in ast.walk(tree):
@@ -112,8 +187,31 @@ class _Names:
                 for alias in node.names:
                     if alias.name == "*":
                         self.engines |= ENGINE_NAMES
-                    elif alias.name in ENGINE_NAMES:
-                        self.engines.add(alias.asname or alias.name)
+                    else:  # an engine class, or a submodule such as `from vllm import entrypoints`
+                        kind = self.engines if alias.name in ENGINE_NAMES else self.modules
+                        kind.add(alias.asname or alias.name)
+
+    def bind(self, node: ast.Assign | ast.AnnAssign | ast.NamedExpr) -> None:
+        """Remember `name = <path>` (and `a, b = <path>, <path>`) for later look-ups."""
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            pairs: list[tuple[ast.expr, ast.expr | None]] = [(target, node.value)]
+            if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
+                pairs = list(zip(target.elts, node.value.elts, strict=False))
+            for name, value in pairs:
+                path = _path(value) if value is not None else ""
+                if isinstance(name, ast.Name) and path and path != name.id:
+                    self.aliases.setdefault(name.id, path)
+
+    def resolve(self, path: str) -> str:
+        """`path` with its first name replaced by what it is bound to, until it is not bound."""
+        seen = set()
+        head, _, rest = path.partition(".")
+        while head in self.aliases and head not in seen:
+            seen.add(head)
+            path = self.aliases[head] + ("." + rest if rest else "")
+            head, _, rest = path.partition(".")
+        return path
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,30 +219,35 @@ class _Call:
     """What lint needs of one call, so a statement's tree can be dropped once it is read."""
 
     line: int
-    callee: str  # `a.b.c`, or '' when the callee is not a name chain
-    getattr_of: str = ""  # X of `getattr(X, "LLM")(...)` (or of `getattr(X, "from_...")`)
+    callee: str  # a path (see `_path`), or '' when the callee is not one
     code: str | None = None  # the literal that exec/eval runs
 
 
 def _describe(call: ast.Call, offset: int) -> _Call:
-    callee, node = _dotted(call.func), call.func
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    getattr_of = ""
-    if isinstance(node, ast.Call) and _dotted(node.func) == "getattr" and len(node.args) >= 2:
-        name = node.args[1]
-        if isinstance(name, ast.Constant) and (
-            name.value in ENGINE_NAMES or str(name.value).startswith("from_")
-        ):
-            getattr_of = _dotted(node.args[0]) or "?"
+    callee = _path(call.func)
     code = None
     if callee in RUNS_CODE and call.args and isinstance(call.args[0], ast.Constant):
         code = str(call.args[0].value)
-    return _Call(line=call.lineno + offset, callee=callee, getattr_of=getattr_of, code=code)
+    return _Call(line=call.lineno + offset, callee=callee, code=code)
 
 
-def _calls(nodes: Sequence[ast.AST], offset: int) -> list[_Call]:
-    return [_describe(node, offset) for node in runs(nodes) if isinstance(node, ast.Call)]
+def _decorator_calls(node: Definition, offset: int) -> list[_Call]:
+    """A decorator is called with what it decorates, when the def or class runs."""
+    paths = [(_path(d), d.lineno) for d in node.decorator_list]
+    return [_Call(line=line + offset, callee=path) for path, line in paths if path]
+
+
+def _calls(nodes: Sequence[ast.AST], offset: int, names: _Names) -> list[_Call]:
+    """The calls that run when `nodes` run; the names they bind go into `names`."""
+    calls = []
+    for node in runs(nodes):
+        if isinstance(node, ast.Call):
+            calls.append(_describe(node, offset))
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr):
+            names.bind(node)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            calls += _decorator_calls(node, offset)
+    return calls
 
 
 @dataclass
@@ -163,19 +266,17 @@ class _Script:
         functions = _module_functions(tree)
         for name, function in functions.items():
             body = function.body if isinstance(function.body, list) else [function.body]
-            self.functions[name] = _calls(body, offset)
-        self.at_import += _calls(tree.body, offset)
+            self.functions[name] = _calls(body, offset, self.names)
+        self.at_import += _calls(tree.body, offset, self.names)
 
     def is_engine_call(self, call: _Call) -> bool:
-        parts = call.callee.split(".")
-        if parts[0] in self.names.engines:
-            return True
-        if call.getattr_of.split(".")[0] in self.names.modules | self.names.engines:
-            return True
-        if parts[0] in self.names.modules and any(p in ENGINE_NAMES for p in parts[1:]):
-            return True
         if call.code is not None:
             return self._code_starts(call.code)
+        parts = self.names.resolve(call.callee).split(".")
+        if parts[0] in self.names.engines:
+            return True
+        if parts[0] in self.names.modules | {IMPORTED}:
+            return any(part in ENGINE_NAMES for part in parts[1:])
         return len(parts) == 1 and parts[0] in self.starting
 
     def _code_starts(self, code: str) -> bool:
@@ -185,7 +286,7 @@ class _Script:
         except (SyntaxError, ValueError):
             return False
         self.names.add(inner)
-        return any(self.is_engine_call(call) for call in _calls(inner.body, 0))
+        return any(self.is_engine_call(call) for call in _calls(inner.body, 0, self.names))
 
     def find_starting(self) -> None:
         """The script's functions that start an engine when called, directly or through others:
@@ -195,8 +296,9 @@ class _Script:
         for name, calls in self.functions.items():
             direct = False
             for call in calls:
-                if call.callee in callers:
-                    callers[call.callee].add(name)
+                callee = self.names.resolve(call.callee)
+                if callee in callers:
+                    callers[callee].add(name)
                 elif not direct and self.is_engine_call(call):
                     direct = True
             if direct:
@@ -284,7 +386,7 @@ def lint_script(path: Path) -> list[Finding]:
         script.read(tree, offset, imports_vllm=ENGINE_MODULE in text)
     script.find_starting()
     return [
-        Finding(path=str(path), line=call.line, call=f"{call.callee or 'getattr'}(...)")
+        Finding(path=str(path), line=call.line, call=f"{call.callee or '?'}(...)")
         for call in sorted(script.at_import, key=lambda call: call.line)
         if script.is_engine_call(call)
     ]

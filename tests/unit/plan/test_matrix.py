@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,49 @@ def test_the_one_wheel_era_builds_its_default_unless_lean_targets_are_asked_for(
         "nox -s build-wheel -- --vllm 0.32.0 --target avx512bf16 --python 3.11",
     ]
     assert "avx512_bf16" in lean[1].must_have and lean[1].must_lack == ()
+
+
+def _cells(capsys: pytest.CaptureFixture[str], *args: str) -> list[str]:
+    assert main(["matrix", "--arch", "x86_64", "--json", *args]) == 0
+    return [cell["name"] for cell in json.loads(capsys.readouterr().out)["include"]]
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["--vllm", "0.32.0", "--vllm", "0.32.0"], ["vllm-0.32.0-x86_64-portable-py3.11"]),
+        (
+            ["--vllm", "0.32.0", "--target", "avx512", "--target", "avx2", "--target", "avx512"],
+            ["vllm-0.32.0-x86_64-avx512-py3.11", "vllm-0.32.0-x86_64-avx2-py3.11"],
+        ),
+        (
+            ["--vllm", "0.32.0", "--python", "3.12", "--python", "3.11", "--python", "3.12"],
+            ["vllm-0.32.0-x86_64-portable-py3.12", "vllm-0.32.0-x86_64-portable-py3.11"],
+        ),
+    ],
+)
+def test_a_build_asked_for_twice_is_one_cell_in_the_order_asked(
+    capsys: pytest.CaptureFixture[str], args: list[str], names: list[str]
+) -> None:
+    """#31 F20: two CI jobs for one cell race to publish the same wheel."""
+    assert _cells(capsys, *args) == names
+
+
+def test_two_recipes_of_one_release_are_one_cell(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vllm-0.32.toml (vllm = "0.32") and vllm-0.32.0.toml name one release: one cell."""
+    recipes = tmp_path / "recipes"
+    shutil.copytree(RECIPES, recipes)
+    text = (recipes / "vllm-0.32.0.toml").read_text()
+    (recipes / "vllm-0.32.toml").write_text(text.replace('vllm = "0.32.0"', 'vllm = "0.32"', 1))
+    names = _cells(capsys, "--recipes", str(recipes), "--vllm", "0.32.0", "--vllm", "0.32")
+    assert names == ["vllm-0.32.0-x86_64-portable-py3.11"]
+
+
+@pytest.mark.parametrize("python", ["3.11.0", "3", "py3.11", "3.11 "])
+def test_a_python_build_wheel_would_refuse_is_refused_up_front(
+    capsys: pytest.CaptureFixture[str], python: str
+) -> None:
+    assert main(["matrix", "--arch", "x86_64", "--vllm", "0.32.0", "--python", python]) == 2
+    assert "give a Python as MAJOR.MINOR" in capsys.readouterr().err

@@ -94,3 +94,33 @@ def test_check_memory_command_says_when_the_default_would_not_start(
     assert cli.main(["check-memory", "--utilization", "0.55"]) == 1
     assert "leaves less than the 1.50 GiB" in capsys.readouterr().out
     assert cli.main(["check-memory", "--utilization", "0.5"]) == 0
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "1.5", "1e400", "0", "-0.1", "x"])
+@pytest.mark.parametrize(
+    "command", [["check-memory", "--utilization"], ["verify", "--gpu-memory-utilization"]]
+)
+def test_a_utilization_that_is_not_a_share_of_memory_is_refused(
+    capsys: pytest.CaptureFixture[str], command: list[str], value: str
+) -> None:
+    """#31 F19: vLLM takes a finite share in (0, 1]; nan and inf once gave a traceback and 1.5
+    a verdict on memory that no run could ask for."""
+    from toolchain import cli
+
+    assert cli.main([command[0], f"{command[1]}={value}"]) == 2  # `=`: "-inf" is not a flag
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "is not a share of memory" in err, err
+    assert "above 0 and at most 1" in err
+
+
+def test_a_numa_node_that_is_not_there_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """#31 F19: --node 5 on a one-node machine gave node 0's answer under node 5's name."""
+    from toolchain.errors import UsageError
+
+    nodes = _node(tmp_path, total_gib=24, free_gib=10)
+    assert node_memory(0, nodes=nodes, cgroup_root=tmp_path / "x").node == 0
+    for node in (5, -1):
+        with pytest.raises(UsageError, match=f"NUMA node {node} does not exist here.*node 0"):
+            node_memory(node, nodes=nodes, cgroup_root=tmp_path / "x")

@@ -71,6 +71,70 @@ def test_guarded_or_unrelated_code_passes(tmp_path: Path, source: str) -> None:
     assert lint_script(_script(tmp_path, source)) == []
 
 
+# issue #31 F10: each form the second review found missed (or wrongly flagged), both ways
+STARTS_AT_IMPORT = [
+    ("import importlib\nv = importlib.import_module('vllm')\nv.LLM('m')\n", [3]),
+    ("import importlib\nimportlib.import_module('vllm').LLM('m')\n", [2]),
+    (
+        "from importlib import import_module\nimport_module(name='vllm.entrypoints.llm').LLM()\n",
+        [2],
+    ),
+    ("v = __import__('vllm')\nv.LLM('m')\n", [2]),
+    ("__import__('vllm').AsyncLLMEngine.from_engine_args(a)\n", [1]),
+    ("from vllm import LLM as L\nL('m')\n", [2]),
+    ("from vllm import AsyncLLMEngine as E\nE.from_engine_args(a)\n", [2]),
+    ("import vllm\nE = vllm.LLM\nE('m')\n", [3]),
+    ("from vllm import LLM\nL = LLM\nL('m')\n", [3]),
+    ("from vllm import AsyncLLMEngine\nA: type = AsyncLLMEngine\nA.from_engine_args(a)\n", [3]),
+    ("import vllm\nL, n = vllm.LLM, 3\nL('m')\n", [3]),
+    ("from vllm import entrypoints\nentrypoints.llm.LLM('m')\n", [2]),
+    ("import vllm\nE = getattr(vllm, 'LLM')\nF = E\nF('m')\n", [4]),
+    ("import functools\nfrom vllm import LLM\nmake = functools.partial(LLM, 'm')\nmake()\n", [4]),
+    ("from functools import partial\nfrom vllm import LLM\npartial(LLM, 'm')()\n", [3]),
+    ("from vllm import LLM\n@(lambda f: LLM('m'))\ndef run():\n    pass\n", [2]),
+    ("from vllm import LLM\n@(lambda f: LLM('m'))\nclass Run:\n    pass\n", [2]),
+    ("from vllm import LLM\ndef deco(f):\n    return LLM('m')\n@deco\ndef run():\n    pass\n", [4]),
+    ("from vllm import LLM\n(lambda: LLM('m'))()\n", [2]),
+    ("from vllm import LLM\nif __name__ == '__main__' or DEBUG:\n    LLM('m')\n", [3]),
+    (
+        "from vllm import LLM\nif __name__ != '__main__' and X:\n    pass\nelse:\n    LLM('m')\n",
+        [5],
+    ),
+    ("from vllm import LLM\nllm = None if __name__ == '__main__' else LLM('m')\n", [2]),
+]
+STAYS_QUIET = [
+    "import importlib\nv = importlib.import_module('json')\nv.LLM('m')\n",
+    "import importlib\nv = importlib.import_module('vllm')\n"
+    "if __name__ == '__main__':\n    v.LLM()\n",
+    "__import__('vllm')\n",
+    "import vllm\nE = vllm.LLM\n",  # an alias that is never called
+    "import vllm\nP = vllm.SamplingParams\nP(max_tokens=8)\n",
+    "import functools\nfrom vllm import LLM\nmake = functools.partial(LLM, 'm')\n",
+    "import functools\nfunctools.partial(print, 'LLM')()\n",
+    "from vllm import LLM\n@(lambda f: f)\ndef run():\n    return LLM('m')\n",
+    "def deco(f):\n    return f\n@deco\ndef run():\n    pass\n",
+    "from vllm import LLM\nif __name__ == '__main__' and X:\n    LLM('m')\n",
+    "from vllm import LLM\nif X and __name__ == '__main__' and Y:\n    LLM('m')\n",
+    "from vllm import LLM\nif __name__ != '__main__' or X:\n    pass\nelse:\n    LLM('m')\n",
+    "from vllm import LLM\nif not __name__ != '__main__':\n    LLM('m')\n",
+    "from vllm import LLM\nllm = LLM('m') if __name__ == '__main__' else None\n",
+    "from vllm import LLM\nif __name__ == '__main__':\n    L = LLM\n    L('m')\n",
+    "a = b\nb = a\na()\nLLM = LLM\nLLM()\n",  # bindings that go round in a circle
+]
+
+
+@pytest.mark.parametrize(("source", "lines"), STARTS_AT_IMPORT)
+def test_imports_aliases_partials_and_decorators_are_followed(
+    tmp_path: Path, source: str, lines: list[int]
+) -> None:
+    assert [f.line for f in lint_script(_script(tmp_path, source))] == lines
+
+
+@pytest.mark.parametrize("source", STAYS_QUIET)
+def test_guards_with_more_conditions_and_harmless_aliases_pass(tmp_path: Path, source: str) -> None:
+    assert lint_script(_script(tmp_path, source)) == []
+
+
 def test_a_coding_line_is_honoured_and_bad_bytes_are_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
