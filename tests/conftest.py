@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -21,6 +23,7 @@ import pytest
 
 from toolchain.util import run
 from toolchain.util.compile_cache import scheduler_status
+from toolchain.verify.server import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CPUINFO = FIXTURES / "cpuinfo"
@@ -266,3 +269,56 @@ def dist_cluster(tmp_path: Path) -> Iterator[str]:
         for process in processes:
             process.terminate()
             process.wait(timeout=30)
+
+
+PYPISERVER_USER = "builder"
+
+
+@dataclass
+class IndexServer:
+    """A real pypiserver on a loopback port, its password in TWINE_PASSWORD for the test."""
+
+    url: str
+    packages: Path
+    user: str
+    password: str
+
+    def contents(self) -> dict[str, str]:
+        """filename -> sha256 of what the server stores."""
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in self.packages.iterdir()}
+
+
+@pytest.fixture
+def pypiserver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[IndexServer]:
+    """pypiserver with one user (PYPISERVER_USER), uploads allowed, no fallback to PyPI."""
+    from passlib.apache import HtpasswdFile
+
+    password = secrets.token_urlsafe(16)
+    htpasswd = HtpasswdFile(str(tmp_path / "htpasswd"), new=True)
+    htpasswd.set_password(PYPISERVER_USER, password)
+    htpasswd.save()
+    packages = tmp_path / "packages"
+    packages.mkdir()
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port),
+         "-P", tmp_path / "htpasswd", "-a", "update", "--disable-fallback", packages],
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "pypiserver.log").open("w"),
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(url + "health", timeout=2).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, (tmp_path / "pypiserver.log").read_text()
+            time.sleep(0.2)
+    monkeypatch.setenv("TWINE_USERNAME", PYPISERVER_USER)
+    monkeypatch.setenv("TWINE_PASSWORD", password)
+    try:
+        yield IndexServer(url=url, packages=packages, user=PYPISERVER_USER, password=password)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

@@ -82,6 +82,6 @@ class PublishError(ToolchainError):
 
 
 class BusyError(ToolchainError):
-    """Another run holds the lock of the same build folder."""
+    """Another run holds the lock of the same folder (a build folder, a verify work folder)."""
 
     exit_code = 13

@@ -164,6 +164,9 @@ def test_fake_vllm_builds_into_a_tagged_repaired_wheel(
     assert sidecar["compile"]["steps"] >= 2, "the progress counter read ninja's [done/total]"
     assert sidecar["compile"]["cpu_seconds"] > 0, "the compilers' CPU time was counted"
     assert (sidecar["build_type"], sidecar["debug_info"]) == ("Release", None)
+    trace = json.loads((wheel.parent / f"{wheel.name}.trace.json").read_text())
+    assert any(e["name"].endswith(".o") and e["ph"] == "X" for e in trace), "a compile timeline"
+    assert "compile timeline: " in out
     assert sidecar["env"]["CMAKE_BUILD_TYPE"] == "Release"
     assert not _debug_sections(wheel), "a Release build has no debug info"
     assert "sha256  " + sidecar["wheel_sha256"] in out

@@ -4,16 +4,11 @@ the server as it was. Credentials come from the environment and never show up in
 
 from __future__ import annotations
 
-import hashlib
-import secrets
 import subprocess
-import sys
-import time
-import urllib.request
 import venv
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,57 +16,13 @@ from toolchain.cli import main
 from toolchain.detect.host import detect_host
 from toolchain.errors import PublishError
 from toolchain.publish.upload import upload
-from toolchain.verify.server import free_port
 from toolchain.wheelfile import replace_files
 
+if TYPE_CHECKING:
+    from conftest import IndexServer  # the pypiserver fixture's value
+
 pytestmark = pytest.mark.integration
-USER = "builder"
-
-
-@dataclass
-class IndexServer:
-    url: str
-    packages: Path
-    password: str
-
-    def contents(self) -> dict[str, str]:
-        """filename -> sha256 of what the server stores."""
-        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in self.packages.iterdir()}
-
-
-@pytest.fixture
-def pypiserver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[IndexServer]:
-    from passlib.apache import HtpasswdFile
-
-    password = secrets.token_urlsafe(16)
-    htpasswd = HtpasswdFile(str(tmp_path / "htpasswd"), new=True)
-    htpasswd.set_password(USER, password)
-    htpasswd.save()
-    packages = tmp_path / "packages"
-    packages.mkdir()
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port),
-         "-P", tmp_path / "htpasswd", "-a", "update", "--disable-fallback", packages],
-        stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "pypiserver.log").open("w"),
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(url + "health", timeout=2).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, (tmp_path / "pypiserver.log").read_text()
-            time.sleep(0.2)
-    monkeypatch.setenv("TWINE_USERNAME", USER)
-    monkeypatch.setenv("TWINE_PASSWORD", password)
-    try:
-        yield IndexServer(url=url, packages=packages, password=password)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+USER = "builder"  # any user: the server here is not listening
 
 
 def _publish(tmp_path: Path, wheels: Path, url: str) -> int:

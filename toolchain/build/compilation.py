@@ -19,6 +19,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toolchain.build.progress import (
+    QUIET_INTERVAL,
+    Phases,
+    counter,
+    eta_seconds,
+    in_github_actions,
+    phase_of,
+)
 from toolchain.build.unit_memory import UnitMemory
 from toolchain.detect.memory import read_memory
 from toolchain.errors import ProcessFailedError
@@ -51,6 +59,16 @@ class CompileStats:
     pauses: int = 0
     cpu_seconds: float = 0.0  # user + system of the whole compile tree
     units: UnitMemory = field(default_factory=UnitMemory)
+    phase: str = "configure"  # of the last ninja status line
+    first_step_at: float | None = None  # when ninja printed its first [n/N]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EtaBasis:
+    """What the ETA is computed from: an earlier build's CPU-seconds per unit, the jobs."""
+
+    cpu_per_unit: float | None = None
+    jobs: int = 1
 
 
 def children_cpu_seconds() -> float:
@@ -150,6 +168,7 @@ def compile_logged(
     guard: MemoryGuard,
     interval: float = 1.0,
     servers: Sequence[Path] = (),
+    eta: EtaBasis = EtaBasis(),
 ) -> CompileStats:
     """Run the compile; show `[done/total] objects, minutes, memory`; keep the full log.
 
@@ -161,9 +180,10 @@ def compile_logged(
         process = start_streaming(argv, env=env, cwd=cwd)
         reader = threading.Thread(target=_read_output, args=(process, handle, stats), daemon=True)
         reader.start()
+        phases = Phases(fold=in_github_actions())
         try:
             with _termination_as_interrupt():
-                _watch(process, stats, guard, started, interval, servers)
+                _watch(process, stats, guard, (started, interval, eta), servers, phases)
         except KeyboardInterrupt:
             guard.release()  # a stopped compiler would not see SIGTERM
             _stop(process)
@@ -174,9 +194,10 @@ def compile_logged(
         finally:
             guard.release()
             reader.join(timeout=10)
+            phases.end()
     stats.seconds = time.monotonic() - started
     stats.cpu_seconds = children_cpu_seconds() - cpu_before
-    reporter.line(f"\n  {_progress(stats, started)}")
+    reporter.line(f"\n  {_progress(stats, started, eta)}")
     if process.returncode != 0:
         raise ProcessFailedError(
             f"the compile failed with exit code {process.returncode}; last lines of {log}:\n"
@@ -193,18 +214,22 @@ def _read_output(process: subprocess.Popen[str], handle: object, stats: CompileS
         match = NINJA_STEP.search(line)
         if match:
             stats.steps_done, stats.steps_total = int(match.group(1)), int(match.group(2))
+            stats.phase = phase_of(line)
+            stats.first_step_at = stats.first_step_at or time.monotonic()
 
 
 def _watch(
     process: subprocess.Popen[str],
     stats: CompileStats,
     guard: MemoryGuard,
-    started: float,
-    interval: float,
+    timing: tuple[float, float, EtaBasis],
     servers: Sequence[Path],
+    phases: Phases,
 ) -> None:
+    started, interval, eta = timing
     last_print = 0.0
     tty = reporter.stream.isatty()
+    phases.enter("configure")
     while process.poll() is None:
         time.sleep(interval)
         available = read_memory().usable_bytes
@@ -220,19 +245,29 @@ def _watch(
         if message:
             stats.pauses += message.startswith("memory low")
             reporter.line(f"\n  {message}")
+        if stats.phase != phases.current and stats.first_step_at is not None:
+            if tty:
+                reporter.line()  # the live line stays above the group
+            phases.enter(stats.phase)
         now = time.monotonic()
-        if tty or now - last_print >= 60:
+        if tty or now - last_print >= QUIET_INTERVAL:
             end = "\r" if tty else "\n"
-            reporter.line(f"  {_progress(stats, started, in_use)}", end=end)
+            reporter.line(f"  {_progress(stats, started, eta, in_use)}", end=end)
             last_print = now
 
 
-def _progress(stats: CompileStats, started: float, in_use: int | None = None) -> str:
-    minutes = (time.monotonic() - started) / 60
+def _progress(stats: CompileStats, started: float, eta: EtaBasis, in_use: int | None = None) -> str:
+    """`[kernels] 176/507 (35%), ETA 22 min, 12 min, in use 6.2 GiB, peak 9.1 GiB`."""
+    now = time.monotonic()
+    since = stats.first_step_at or now  # the pace counts from ninja's first unit, not configure
+    left = eta_seconds(
+        stats.steps_done, stats.steps_total, now - since,
+        cpu_per_unit=eta.cpu_per_unit, jobs=eta.jobs,
+    )  # fmt: skip
     using = f"in use {in_use / GIB:.1f} GiB, " if in_use is not None else ""
     return (
-        f"[{stats.steps_done}/{stats.steps_total or '?'}] objects, {minutes:.0f} min, "
-        f"{using}peak {stats.peak_rss_bytes / GIB:.1f} GiB"
+        f"[{stats.phase}] {counter(stats.steps_done, stats.steps_total, left)}, "
+        f"{(now - started) / 60:.0f} min, {using}peak {stats.peak_rss_bytes / GIB:.1f} GiB"
     )
 
 

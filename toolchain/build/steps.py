@@ -19,8 +19,15 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from toolchain import __version__
-from toolchain.build.compilation import MemoryGuard, compile_logged
+from toolchain.build.compilation import EtaBasis, MemoryGuard, compile_logged
 from toolchain.build.debuginfo import split_debug_info
+from toolchain.build.ninja_trace import write_trace
+from toolchain.build.progress import (
+    cache_hit_rate,
+    github_group,
+    learned_cpu_per_unit,
+    step_summary,
+)
 from toolchain.build.provision import provision_gxx
 from toolchain.build.runner import BuildRun, StepFunction, run_steps
 from toolchain.build.shared_cache import count, sccache, start_cache, stop, without_cache
@@ -333,6 +340,12 @@ def compile_step(build: BuildRun) -> None:
             log=build.log,
             guard=guard,
             servers=[sccache(plan)] if build.facts.cache_used else [],
+            eta=EtaBasis(
+                cpu_per_unit=learned_cpu_per_unit(
+                    plan.paths.wheel_dir, plan.vllm_version, plan.target_isa
+                ),
+                jobs=plan.max_jobs,
+            ),
         )  # fmt: skip
         if build.facts.cache_used:
             count(build, env)
@@ -351,6 +364,11 @@ def compile_step(build: BuildRun) -> None:
 
 def repair(build: BuildRun) -> None:
     """auditwheel repair: bundle what the target may lack (libnuma), never torch's libraries."""
+    with github_group("repair"):
+        _repair(build)
+
+
+def _repair(build: BuildRun) -> None:
     plan = build.plan
     built = build.facts.built_wheel
     if built is None:
@@ -473,6 +491,7 @@ def deliver(build: BuildRun) -> None:
     }
     with atomic_path(folder / f"{wheel.name}.manifest.json") as temporary:
         temporary.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    trace = write_compile_trace(build, folder / f"{wheel.name}.trace.json")
     compiled = build.facts.compile
     peak = (
         f", compile {compiled.cpu_seconds:,.0f} CPU-seconds, peak memory "
@@ -487,9 +506,31 @@ def deliver(build: BuildRun) -> None:
         lines=[
             f"built in {duration(total)}{peak}",
             *([f"debug info: {folder / debug.name}"] if debug is not None else []),
+            *([f"compile timeline: {trace} (open it in ui.perfetto.dev)"] if trace else []),
         ],
     )
     build.facts.delivered = final
+    step_summary(
+        {
+            "target": build.plan.target_isa,
+            "wheel": f"`{final.name}`",
+            "size": f"{final.stat().st_size / MIB:.1f} MiB",
+            "CPU-s": f"{compiled.cpu_seconds:,.0f}" if compiled else "not compiled here",
+            "peak memory": f"{compiled.peak_rss_bytes / GIB:.1f} GiB" if compiled else "",
+            "cache hit rate": cache_hit_rate(build.facts.cache),
+        }
+    )
+
+
+def write_compile_trace(build: BuildRun, destination: Path) -> Path | None:
+    """The Chrome trace of the compile's last ninja run, or None without a ninja log."""
+    logs = sorted((build.plan.source_folder / "build").glob("temp*/.ninja_log"))
+    if not logs:
+        reporter.detail("no .ninja_log in the build tree: no compile timeline")
+        return None
+    count = write_trace(logs[-1], destination)
+    reporter.detail(f"compile timeline of {count} commands: {destination.name}")
+    return destination
 
 
 STEPS: dict[str, StepFunction] = {

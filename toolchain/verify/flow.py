@@ -16,6 +16,7 @@ from toolchain.errors import KernelCheckError
 from toolchain.runtime_deps import PipSources, RuntimePlan
 from toolchain.util import run
 from toolchain.util.datafile import load_json
+from toolchain.util.files import file_lock
 from toolchain.util.report import reporter
 from toolchain.verify.engine_checks import SCRIPTS, Engine, run_generate, run_serve
 from toolchain.verify.environment import check_install, create_env, probe, wheel_from_index
@@ -33,6 +34,7 @@ from toolchain.verify.results import FAIL, SKIP, CheckResult, worst
 from toolchain.verify.spawn_lint import lint_scripts
 from toolchain.wheelfile import MANIFEST_NAME, read_manifest
 
+LOCK_NAME = ".verify.lock"
 CHECK_NAMES = ("install", "isa", "import", "threads", "generate", "memory", "spawn", "serve")
 
 
@@ -91,6 +93,13 @@ class Verification:
 def verify(options: VerifyOptions) -> Verification:
     state = Verification(options=options, host=detect_host())
     state.logs.mkdir(parents=True, exist_ok=True)
+    # one verify per work folder: another would delete the venv and logs this one is using
+    with file_lock(state.logs / LOCK_NAME, what="verify", wait=False):
+        return _verify(state)
+
+
+def _verify(state: Verification) -> Verification:
+    options = state.options
     prepare_env(state)
     started = time.monotonic()
     env = dict(os.environ)

@@ -1,0 +1,137 @@
+"""Compile progress: the phase, n/N with percent and an ETA, GitHub Actions groups and summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from toolchain.build import compilation
+from toolchain.build.compilation import EtaBasis, MemoryGuard, compile_logged
+from toolchain.build.progress import (
+    Phases,
+    cache_hit_rate,
+    counter,
+    eta_seconds,
+    learned_cpu_per_unit,
+    phase_of,
+    step_summary,
+)
+
+
+@pytest.mark.parametrize(
+    ("line", "phase"),
+    [
+        ("[3/507] Building CXX object _deps/onednn-build/src/cpu/x64/jit_avx2.cpp.o", "oneDNN"),
+        ("[9/507] Building CXX object src/common/dnnl_debug.cpp.o", "oneDNN"),
+        ("[300/507] Building CXX object CMakeFiles/_C.dir/csrc/cpu/attention.cpp.o", "kernels"),
+        ("[506/507] Linking CXX shared module _C.abi3.so", "link"),
+    ],
+)
+def test_each_ninja_line_has_its_phase(line: str, phase: str) -> None:
+    assert phase_of(line) == phase
+
+
+def test_a_phase_only_moves_forward_and_each_is_one_github_group(capsys) -> None:
+    phases = Phases(fold=True)
+    for phase in ("configure", "oneDNN", "kernels", "oneDNN", "kernels", "link"):
+        phases.enter(phase)
+    phases.end()
+    assert capsys.readouterr().out.splitlines() == [
+        "::group::compile: configure", "::endgroup::",
+        "::group::compile: oneDNN", "::endgroup::",
+        "::group::compile: kernels", "::endgroup::",
+        "::group::compile: link", "::endgroup::",
+    ]  # fmt: skip
+
+
+def test_no_groups_outside_github_actions(capsys) -> None:
+    phases = Phases(fold=False)
+    phases.enter("configure")
+    phases.enter("link")
+    phases.end()
+    assert capsys.readouterr().out == ""
+
+
+def test_the_eta_comes_from_learned_cpu_seconds_else_from_the_pace_so_far() -> None:
+    # 400 units left, 6 CPU-s each, 3 jobs: 800 s, whatever the pace so far
+    assert eta_seconds(100, 500, 50.0, cpu_per_unit=6.0, jobs=3) == 800.0
+    assert eta_seconds(100, 500, 50.0, cpu_per_unit=None, jobs=3) == 200.0
+    assert eta_seconds(0, 500, 50.0, cpu_per_unit=None, jobs=3) is None
+    assert eta_seconds(500, 500, 50.0, cpu_per_unit=None, jobs=3) == 0.0
+    assert counter(176, 507, 1320.0) == "176/507 (34%), ETA 22.0 min"
+    assert counter(3, 0, None) == "3/?"
+
+
+def _manifest(folder: Path, name: str, **fields: object) -> None:
+    record = {"vllm_version": "0.32.0", "target_isa": "avx2", "created": "2026-12-01T00:00:00",
+              "compile": {"cpu_seconds": 1000.0, "steps": 100}} | fields  # fmt: skip
+    (folder / f"{name}.whl.manifest.json").write_text(json.dumps(record))
+
+
+def test_the_newest_earlier_build_of_the_same_release_and_target_teaches_the_cpu_seconds(
+    tmp_path: Path,
+) -> None:
+    _manifest(tmp_path, "old")
+    _manifest(tmp_path, "new", created="2026-12-04T00:00:00", compile={"cpu_seconds": 1200.0,
+              "steps": 100})  # fmt: skip
+    _manifest(tmp_path, "other-target", created="2026-12-05T00:00:00", target_isa="portable")
+    _manifest(tmp_path, "no-figures", created="2026-12-06T00:00:00", compile=None)
+    (tmp_path / "broken.whl.manifest.json").write_text("{not json")
+    assert learned_cpu_per_unit(tmp_path, "0.32.0", "avx2") == 12.0
+    assert learned_cpu_per_unit(tmp_path, "0.16.0", "avx2") is None
+
+
+def test_the_step_summary_is_a_table_in_github_actions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    step_summary({"target": "avx2", "wheel": "`v.whl`", "cache hit rate": "87% (87 of 100)"})
+    assert summary.read_text().splitlines() == [
+        "| target | wheel | cache hit rate |",
+        "| --- | --- | --- |",
+        "| avx2 | `v.whl` | 87% (87 of 100) |",
+        "",
+    ]
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY")
+    step_summary({"target": "avx2"})
+    assert summary.read_text().count("| target |") == 1
+
+
+def test_the_cache_hit_rate_says_why_there_is_none() -> None:
+    assert cache_hit_rate({"used": True, "hits": 87, "misses": 13}) == "87% (87 of 100)"
+    assert cache_hit_rate({"used": True, "hits": 0, "misses": 0}) == "no lookups"
+    assert cache_hit_rate(None) == "no shared cache"
+
+
+NINJA_LIKE = r"""
+echo '-- Configuring done'; sleep 0.6
+echo '[1/4] Building CXX object _deps/onednn-build/src/a.cpp.o'; sleep 0.6
+echo '[2/4] Building CXX object CMakeFiles/_C.dir/csrc/b.cpp.o'; sleep 0.6
+echo '[3/4] Building CXX object CMakeFiles/_C.dir/csrc/c.cpp.o'; sleep 0.6
+echo '[4/4] Linking CXX shared module _C.abi3.so'; sleep 0.6
+"""
+
+
+@pytest.mark.integration
+def test_the_compile_shows_phases_percent_and_eta_in_github_actions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setattr(compilation, "QUIET_INTERVAL", 0.0)  # a line per sample, not per 30 s
+    compile_logged(
+        ["sh", "-c", NINJA_LIKE], env=dict(os.environ), cwd=tmp_path, log=tmp_path / "build.log",
+        guard=MemoryGuard(margin_bytes=0, resume_bytes=0), interval=0.2,
+        eta=EtaBasis(cpu_per_unit=6.0, jobs=2),
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    groups = re.findall(r"::group::compile: (\S+)", out)
+    assert groups == ["configure", "oneDNN", "kernels", "link"]
+    assert out.count("::endgroup::") == 4
+    assert "[oneDNN] 1/4 (25%), ETA 9.0 s" in out, out  # 3 units x 6 CPU-s over 2 jobs
+    assert "[kernels] 3/4 (75%), ETA 3.0 s" in out, out
+    assert "[link] 4/4 (100%), ETA 0.0 s" in out, out
