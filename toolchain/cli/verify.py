@@ -25,7 +25,7 @@ from toolchain.verify.shadowing import check_shadowing
 from toolchain.verify.spawn_lint import lint_scripts
 from toolchain.wheelfile import check_wheel
 
-VERIFY_FLAGS = settings_named("find_links", "torch_index", "work_dir", "wheel_dir")
+VERIFY_FLAGS = settings_named("find_links", "torch_index", "work_dir", "wheel_dir", "emulate_cpu")
 
 
 def cmd_lint_script(args: argparse.Namespace) -> int:
@@ -139,6 +139,7 @@ def verify_options(args: argparse.Namespace) -> VerifyOptions:
         utilization=args.gpu_memory_utilization,
         only=only,
         sources=pip_sources(values),
+        emulate_cpu=values["emulate_cpu"],
     )
 
 
