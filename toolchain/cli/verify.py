@@ -153,6 +153,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         print_json(state.to_json())
     else:
+        if state.emulation:
+            print(
+                f"{state.emulation['summary']} ({state.emulation['root_suite']} root, "
+                f"{state.emulation['root_identity'][:19]}...)"
+            )
         print(redact(render(state.results, state.checks_seconds)))
         print(f"report: {report}")
     return 1 if worst(state.results) == FAIL else 0

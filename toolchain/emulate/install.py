@@ -113,9 +113,16 @@ def install_into_root(
     site = venv / "lib" / f"python{spec.python}" / "site-packages"
     run.run_logged(
         [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-compile",
-         "--target", site, *platform_args(spec), *sources.args(), *deps.install, wheel],
+         "--target", site, *platform_args(spec), *sources.args(), *deps.install],
         log=log,
-        what=f"installing {wheel.name} and its requirements for {spec.arch}",
+        what=f"installing the requirements of {wheel.name} for {spec.arch}",
+    )  # fmt: skip
+    # Its own torch pin (+cpu) is what a substitute torch replaces: the wheel goes in alone.
+    run.run_logged(
+        [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-compile",
+         "--no-deps", "--target", site, *platform_args(spec), wheel],
+        log=log,
+        what=f"installing {wheel.name}",
     )  # fmt: skip
     _move_scripts(site / "bin", venv / "bin")
     _compile(site, spec)

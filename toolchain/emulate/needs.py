@@ -87,6 +87,6 @@ def _needs_from_march(wheel: Path, arch: str) -> WheelNeeds:
         )
     return WheelNeeds(
         features=tuple(found),
-        source=f"the compiler's record (DWARF producer) of {', '.join(sources)}; it has no "
-        "runtime dispatch we could see, so it needs all of them",
+        source=f"the compiler's record (DWARF producer) of {', '.join(sources)}: compiled whole "
+        "for that -march, without a tier for lesser CPUs",
     )
