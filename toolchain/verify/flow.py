@@ -32,6 +32,7 @@ from toolchain.verify.installed_checks import (
     run_kernel_loads,
 )
 from toolchain.verify.memflag import DEFAULT_UTILIZATION, node_memory, reservation
+from toolchain.verify.numerics import check_numerics
 from toolchain.verify.results import FAIL, SKIP, CheckResult, worst
 from toolchain.verify.spawn_lint import lint_scripts
 from toolchain.verify.symbols import check_symbols, kernel_symbols
@@ -41,6 +42,7 @@ CHECK_NAMES = (
     "install",
     "symbols",
     "isa",
+    "numerics",
     "import",
     "threads",
     "generate",
@@ -155,7 +157,7 @@ def run_checks(state: Verification, *, substitute_torch: str = "") -> None:
         min_isa, target = _wheel_needs(manifest)
         if state.needs is not None:
             min_isa, target = list(state.needs.features), state.needs.source
-        state.record(
+        isa = state.record(
             "isa",
             lambda: check_isa(
                 state.host,
@@ -164,6 +166,7 @@ def run_checks(state: Verification, *, substitute_torch: str = "") -> None:
                 target,
             ),
         )
+        state.record("numerics", lambda: check_numerics(state.python, facts, clean, isa))
         wanted = {"import", "serve"} & set(options.only)
         console = console_state(state.python, env) if wanted else "not checked"
         state.record(
