@@ -117,6 +117,7 @@ def install_into_root(
         log=log,
         what=f"installing the requirements of {wheel.name} for {spec.arch}",
     )  # fmt: skip
+    _move_scripts(site / "bin", venv / "bin")  # before the next --target skips an existing bin/
     # Its own torch pin (+cpu) is what a substitute torch replaces: the wheel goes in alone.
     run.run_logged(
         [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-compile",

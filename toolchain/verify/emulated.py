@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from toolchain.detect.host import detect_host
+from toolchain.detect.host import Host, detect_host
 from toolchain.emulate.decide import Decision
 from toolchain.emulate.install import (
     VENV_IN_ROOT,
@@ -41,7 +42,8 @@ SERVE_SKIPPED = (
 STAND_INS = Path("/opt/vcb-verify/stand-ins/libvcb-stand-ins.so")  # inside the root
 
 
-def verify_emulated(options: VerifyOptions, decision: Decision) -> Verification:
+def verify_emulated(options: VerifyOptions, decision: Decision, machine: Host) -> Verification:
+    """`machine`: this machine, whose CPUs, NUMA nodes and memory the emulated process has."""
     assert options.wheel is not None and decision.root is not None
     logs = options.work_dir / "verify"
     logs.mkdir(parents=True, exist_ok=True)
@@ -53,7 +55,7 @@ def verify_emulated(options: VerifyOptions, decision: Decision) -> Verification:
     record = ensure_root(plan, log)
     cpu = probe_cpu(plan, model)
     cpuinfo = write_cpuinfo(cpu, logs / "emulated" / "cpuinfo", os.cpu_count() or 1)
-    state = Verification(options=options, host=detect_host(cpuinfo_file=cpuinfo))
+    state = Verification(options=options, host=_emulated_host(cpuinfo, machine))
     state.wheel = options.wheel
     state.needs = wheel_needs(options.wheel, plan.spec.arch)
     state.emulation = _describe(plan, cpu, record, decision)
@@ -82,11 +84,23 @@ def verify_emulated(options: VerifyOptions, decision: Decision) -> Verification:
     state.emulation["torch"] = torch.note if torch else "none required"
     state.emulation["stand_ins"] = sorted(s for m in missing for s in m.symbols) if preload else []
     state.skipped["serve"] = SERVE_SKIPPED
+    state.root = plan.path
     checks_started = time.monotonic()
     state.symbols = check_symbols(missing, stand_ins=preload)
     run_checks(state, substitute_torch=torch.note if torch and torch.substitute else "")
     state.checks_seconds = time.monotonic() - checks_started
     return state
+
+
+def _emulated_host(cpuinfo: Path, machine: Host) -> Host:
+    """The emulated CPU's features and name, with this machine's CPUs, NUMA nodes and memory."""
+    return replace(
+        detect_host(cpuinfo_file=cpuinfo),
+        cpus_usable=machine.cpus_usable,
+        cpu_quota=machine.cpu_quota,
+        numa_nodes=machine.numa_nodes,
+        memory=machine.memory,
+    )
 
 
 def _describe(

@@ -82,6 +82,7 @@ class Verification:
     needs: WheelNeeds | None = None  # the wheel's needs when read from the wheel file
     skipped: dict[str, str] = field(default_factory=dict)  # check -> why it is not run
     symbols: CheckResult | None = None  # found before the checks (emulated: before any load)
+    root: Path = Path("/")  # where the environment's paths are, seen from here (emulated root)
 
     @property
     def logs(self) -> Path:
@@ -130,7 +131,7 @@ def verify(options: VerifyOptions) -> Verification:
         if decision.mode == EMULATED:
             from toolchain.verify.emulated import verify_emulated  # only when emulating
 
-            return verify_emulated(options, decision)
+            return verify_emulated(options, decision, host)
     state = Verification(options=options, host=host)
     state.logs.mkdir(parents=True, exist_ok=True)
     prepare_env(state)
@@ -161,12 +162,14 @@ def run_checks(state: Verification, *, substitute_torch: str = "") -> None:
             "isa",
             lambda: check_isa(
                 state.host,
-                run_kernel_loads(state.python, facts, state.host, clean, min_isa),
+                run_kernel_loads(state.python, facts, state.host, clean, min_isa, state.root),
                 min_isa,
                 target,
             ),
         )
-        state.record("numerics", lambda: check_numerics(state.python, facts, clean, isa))
+        state.record(
+            "numerics", lambda: check_numerics(state.python, facts, clean, isa, state.root)
+        )
         wanted = {"import", "serve"} & set(options.only)
         console = console_state(state.python, env) if wanted else "not checked"
         state.record(

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.util import run
-from toolchain.verify.kernels import SIGILL_CODES
+from toolchain.verify.kernels import SIGILL_CODES, kernel_libraries
 from toolchain.verify.results import FAIL, PASS, SKIP, CheckResult
 
 SCRIPT = Path(__file__).parent / "scripts" / "kernel_numbers.py"
@@ -24,14 +24,19 @@ LIMITS = {
 
 
 def check_numerics(
-    python: Path, facts: dict[str, Any], cwd: Path, isa: CheckResult | None
+    python: Path,
+    facts: dict[str, Any],
+    cwd: Path,
+    isa: CheckResult | None,
+    root: Path = Path("/"),
 ) -> CheckResult:
     picked = (isa.details.get("picked") if isa else None) or "_C"
     if isa is None or isa.status == FAIL:
         return CheckResult(
             name="numerics", status=SKIP, summary="not run: no kernel library loaded in isa"
         )
-    library = next(Path(facts["vllm_package"]).glob(f"{picked}.*so"), None)
+    libraries = kernel_libraries(Path(facts["vllm_package"]), root)
+    library = next((p for p in libraries if p.name.split(".", 1)[0] == picked), None)
     if library is None:
         return CheckResult(name="numerics", status=SKIP, summary=f"no {picked} library found")
     output = run.capture([python, SCRIPT, library], timeout=900, check=False, cwd=cwd)

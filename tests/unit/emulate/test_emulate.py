@@ -278,3 +278,15 @@ def test_a_stand_in_aborts_loudly_and_computes_nothing() -> None:
     assert "abort();" in source and "some_table" not in source
     with pytest.raises(ValueError):
         stand_in_source({"bad name": "FUNC"})
+
+
+def test_kernel_libraries_are_found_in_the_root_and_named_as_inside_it(tmp_path: Path) -> None:
+    from toolchain.verify.kernels import kernel_libraries
+
+    inside = Path("/opt/vcb-verify/venv/lib/python3.11/site-packages/vllm")
+    here = tmp_path / inside.relative_to("/")
+    here.mkdir(parents=True)
+    (here / "_C.abi3.so").write_bytes(b"\x7fELF")
+    (here / "fs_io_C.abi3.so").write_bytes(b"\x7fELF")
+    assert kernel_libraries(inside, tmp_path) == [inside / "_C.abi3.so"]
+    assert kernel_libraries(inside) == []  # not on this machine's own /opt
