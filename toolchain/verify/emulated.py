@@ -39,6 +39,7 @@ SERVE_SKIPPED = (
     "not run under emulation: a second engine plus the server's start-up under qemu does not "
     "fit verify's 30-minute budget on the emulating machine; verify on an Arm machine for it"
 )
+ENGINE_TIMEOUT = 1800.0  # generate under qemu: every process imports torch and vLLM emulated
 STAND_INS = Path("/opt/vcb-verify/stand-ins/libvcb-stand-ins.so")  # inside the root
 
 
@@ -85,6 +86,7 @@ def verify_emulated(options: VerifyOptions, decision: Decision, machine: Host) -
     state.emulation["stand_ins"] = sorted(s for m in missing for s in m.symbols) if preload else []
     state.skipped["serve"] = SERVE_SKIPPED
     state.root = plan.path
+    state.engine_timeout = ENGINE_TIMEOUT
     checks_started = time.monotonic()
     state.symbols = check_symbols(missing, stand_ins=preload)
     run_checks(state, substitute_torch=torch.note if torch and torch.substitute else "")
@@ -132,8 +134,8 @@ def _refuse(state: Verification, lacking: list[str]) -> None:
             name="isa",
             status=FAIL,
             summary=reason,
-            fix="verify with --emulate-cpu max, or use a wheel built for this CPU (a neon "
-            "target for Neoverse N1)",
+            fix="verify with an --emulate-cpu model that has them (max), or on this CPU use a "
+            "wheel built for it (nox -s plan -- --cpuinfo its /proc/cpuinfo names the target)",
             details={
                 "needs": list(state.needs.features) if state.needs else [],
                 "lacking": lacking,

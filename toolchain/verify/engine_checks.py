@@ -40,6 +40,7 @@ class Engine:
     env: Mapping[str, str]
     logs: Path
     use_console_script: bool = True
+    timeout: float = 900.0  # seconds for generate; longer under emulation
 
 
 def run_generate(engine: Engine) -> CheckResult:
@@ -56,7 +57,9 @@ def run_generate(engine: Engine) -> CheckResult:
     ]
     with scratch(engine.env) as place:
         run.announce(argv)
-        output = run.capture(argv, timeout=900, check=False, cwd=place.folder, env=place.env)
+        output = run.capture(
+            argv, timeout=engine.timeout, check=False, cwd=place.folder, env=place.env
+        )
     log.write_text(output.stdout + output.stderr)
     started = _marked(output.stdout, "STARTED ")
     report = _marked(output.stdout, "RESULT ")

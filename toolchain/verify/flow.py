@@ -83,6 +83,7 @@ class Verification:
     skipped: dict[str, str] = field(default_factory=dict)  # check -> why it is not run
     symbols: CheckResult | None = None  # found before the checks (emulated: before any load)
     root: Path = Path("/")  # where the environment's paths are, seen from here (emulated root)
+    engine_timeout: float = 900.0
 
     @property
     def logs(self) -> Path:
@@ -255,6 +256,7 @@ def run_engines(
         env=engine_env,
         logs=state.logs,
         use_console_script=console_works,
+        timeout=state.engine_timeout,
     )
     attempts: list[dict[str, Any]] = []
     generated = state.record("generate", lambda: generate_with_retry(engine, attempts))
