@@ -87,6 +87,12 @@ BUILD_SETTINGS = (
     ),
     Setting(name="wheel_dir", default="wheels", help="where finished wheels land"),
     Setting(
+        name="emulate_cpu",
+        default="max",
+        help="verify: QEMU's CPU model for a wheel of another architecture (max, graviton3, "
+        "neoverse-n1, a64fx, cortex-a72) (default: max)",
+    ),
+    Setting(
         name="reserve_mib",
         kind=int,
         default=512,

@@ -25,7 +25,7 @@ from toolchain.verify.shadowing import check_shadowing
 from toolchain.verify.spawn_lint import lint_scripts
 from toolchain.wheelfile import check_wheel
 
-VERIFY_FLAGS = settings_named("find_links", "torch_index", "work_dir", "wheel_dir")
+VERIFY_FLAGS = settings_named("find_links", "torch_index", "work_dir", "wheel_dir", "emulate_cpu")
 
 
 def cmd_lint_script(args: argparse.Namespace) -> int:
@@ -139,6 +139,7 @@ def verify_options(args: argparse.Namespace) -> VerifyOptions:
         utilization=args.gpu_memory_utilization,
         only=only,
         sources=pip_sources(values),
+        emulate_cpu=values["emulate_cpu"],
     )
 
 
@@ -152,6 +153,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         print_json(state.to_json())
     else:
+        if state.emulation:
+            print(
+                f"{state.emulation['summary']} ({state.emulation['root_suite']} root, "
+                f"{state.emulation['root_identity'][:19]}...)"
+            )
         print(redact(render(state.results, state.checks_seconds)))
         print(f"report: {report}")
     return 1 if worst(state.results) == FAIL else 0

@@ -41,6 +41,8 @@ class Engine:
     env: Mapping[str, str]
     logs: Path
     use_console_script: bool = True
+    timeout: float = 900.0  # seconds for generate; longer under emulation
+    kv_cache_bytes: int = 0  # generate with this KV cache instead of `utilization` (emulated)
 
 
 def run_generate(engine: Engine) -> CheckResult:
@@ -52,12 +54,17 @@ def run_generate(engine: Engine) -> CheckResult:
         engine.model,
         "--prompts",
         *map(str, PROMPT_COUNTS),
-        "--gpu-memory-utilization",
-        str(engine.utilization),
+        *(
+            ["--kv-cache-memory-bytes", str(engine.kv_cache_bytes)]
+            if engine.kv_cache_bytes
+            else ["--gpu-memory-utilization", str(engine.utilization)]
+        ),
     ]
     with scratch(engine.env) as place:
         run.announce(argv)
-        output = run.capture(argv, timeout=900, check=False, cwd=place.folder, env=place.env)
+        output = run.capture(
+            argv, timeout=engine.timeout, check=False, cwd=place.folder, env=place.env
+        )
     log.write_text(output.stdout + output.stderr)
     started = _marked(output.stdout, "STARTED ")
     report = _marked(output.stdout, "RESULT ")

@@ -109,17 +109,30 @@ def probe(
 
 
 def check_install(
-    facts: dict[str, Any], *, manifest: dict[str, Any] | None, deps: RuntimePlan | None
+    facts: dict[str, Any],
+    *,
+    manifest: dict[str, Any] | None,
+    deps: RuntimePlan | None,
+    substitute_torch: str = "",
 ) -> CheckResult:
-    """torch is the CPU build the wheel was built against; no CUDA companions; drops named."""
+    """torch is the CPU build the wheel was built against; no CUDA companions; drops named.
+
+    `substitute_torch` says why another torch was installed on purpose (under emulation, when
+    the CPU build is out of reach): a warning instead of the failures it would cause."""
     wanted = ((manifest or {}).get("toolchain") or {}).get("torch")
     found = Findings()
-    if facts["torch_cuda"]:
+    if substitute_torch:
+        found.warn(
+            f"torch {facts['torch']} ran: {substitute_torch}",
+            "give --find-links with the aarch64 torch +cpu wheel (PyTorch's CPU index) to verify "
+            "with the torch users install",
+        )
+    elif facts["torch_cuda"]:
         found.fail(
             f"torch {facts['torch']} is a CUDA {facts['torch_cuda']} build",
             "install the +cpu build of torch (PyTorch CPU index or --find-links)",
         )
-    if wanted and facts["torch"] != wanted:
+    if wanted and facts["torch"] != wanted and not substitute_torch:
         found.fail(
             f"torch is {facts['torch']}, the wheel was built against {wanted}",
             f"pip install torch=={wanted} (its kernels link to that torch's ABI)",
@@ -140,5 +153,6 @@ def check_install(
         "companions": facts["companions"],
         "left_out": deps.left_out_by_reason() if deps else {},
     }
-    summary = f"torch {facts['torch']} (CPU build); {', '.join(facts['vllm_distributions'])}"
+    build = "a CUDA build" if facts["torch_cuda"] else "CPU build"
+    summary = f"torch {facts['torch']} ({build}); {', '.join(facts['vllm_distributions'])}"
     return found.result("install", summary, details)

@@ -12,7 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.detect.host import Host, detect_host
-from toolchain.errors import KernelCheckError
+from toolchain.emulate.decide import EMULATED, REFUSED, decide
+from toolchain.emulate.needs import WheelNeeds
+from toolchain.emulate.root import missing_tools
+from toolchain.errors import KernelCheckError, UnsupportedHostError
 from toolchain.runtime_deps import PipSources, RuntimePlan
 from toolchain.util import run
 from toolchain.util.datafile import load_json
@@ -30,12 +33,25 @@ from toolchain.verify.installed_checks import (
     run_kernel_loads,
 )
 from toolchain.verify.memflag import DEFAULT_UTILIZATION, node_memory, reservation
+from toolchain.verify.numerics import check_numerics
 from toolchain.verify.results import FAIL, SKIP, CheckResult, worst
 from toolchain.verify.spawn_lint import lint_scripts
+from toolchain.verify.symbols import check_symbols, kernel_symbols
 from toolchain.wheelfile import MANIFEST_NAME, read_manifest
 
 LOCK_NAME = ".verify.lock"
-CHECK_NAMES = ("install", "isa", "import", "threads", "generate", "memory", "spawn", "serve")
+CHECK_NAMES = (
+    "install",
+    "symbols",
+    "isa",
+    "numerics",
+    "import",
+    "threads",
+    "generate",
+    "memory",
+    "spawn",
+    "serve",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +67,7 @@ class VerifyOptions:
     utilization: float = DEFAULT_UTILIZATION
     only: tuple[str, ...] = CHECK_NAMES
     sources: PipSources = field(default_factory=PipSources)
+    emulate_cpu: str = "max"  # QEMU's CPU model for a wheel of another architecture
 
 
 @dataclass
@@ -63,6 +80,13 @@ class Verification:
     results: list[CheckResult] = field(default_factory=list)
     install_seconds: float = 0.0
     checks_seconds: float = 0.0  # wall time after the install, probes and model included
+    emulation: dict[str, Any] | None = None  # how the wheel ran under qemu, when it did
+    needs: WheelNeeds | None = None  # the wheel's needs when read from the wheel file
+    skipped: dict[str, str] = field(default_factory=dict)  # check -> why it is not run
+    symbols: CheckResult | None = None  # found before the checks (emulated: before any load)
+    root: Path = Path("/")  # where the environment's paths are, seen from here (emulated root)
+    engine_timeout: float = 900.0
+    engine_kv_cache_bytes: int = 0  # emulated: a small fixed KV cache, the flag judged by figures
 
     @property
     def logs(self) -> Path:
@@ -73,10 +97,18 @@ class Verification:
             return None
         reporter.heading(name)
         started = time.monotonic()
-        result = check().timed(time.monotonic() - started)
+        result = (self._skip(name) if name in self.skipped else check()).timed(
+            time.monotonic() - started
+        )
         reporter.outcome(f"{result.status}: {result.summary}")
         self.results.append(result)
         return result
+
+    def nothing(self) -> CheckResult:  # a check in `skipped` records its reason instead
+        return CheckResult(name="", status=SKIP, summary="")
+
+    def _skip(self, name: str) -> CheckResult:
+        return CheckResult(name=name, status=SKIP, summary=self.skipped[name])
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -84,6 +116,7 @@ class Verification:
             "wheel": str(self.wheel) if self.wheel else None,
             "python": str(self.python),
             "host": {"cpu": self.host.cpu_model, "isa_level": self.host.isa_level},
+            "emulation": self.emulation,
             "install_seconds": round(self.install_seconds, 1),
             "checks_seconds": round(self.checks_seconds, 1),
             "checks": [r.to_json() for r in self.results],
@@ -91,32 +124,57 @@ class Verification:
 
 
 def verify(options: VerifyOptions) -> Verification:
-    state = Verification(options=options, host=detect_host())
+    host = detect_host()
+    if options.wheel is not None and options.python is None:
+        decision = decide(options.wheel.name, host.arch, missing_tools=missing_tools)
+        if decision.mode == REFUSED:
+            raise UnsupportedHostError(
+                f"cannot verify {options.wheel.name} here: {decision.reason}",
+                hint="verify it on a machine of its architecture",
+            )
+        if decision.mode == EMULATED:
+            from toolchain.verify.emulated import verify_emulated  # only when emulating
+
+            return verify_emulated(options, decision, host)
+    state = Verification(options=options, host=host)
     state.logs.mkdir(parents=True, exist_ok=True)
     # one verify per work folder: another would delete the venv and logs this one is using
     with file_lock(state.logs / LOCK_NAME, what="verify", wait=False):
-        return _verify(state)
+        prepare_env(state)
+        run_checks(state)
+    return state
 
 
-def _verify(state: Verification) -> Verification:
+def run_checks(state: Verification, *, substitute_torch: str = "") -> None:
+    """Every check of `options.only` against the environment of `state.python`."""
     options = state.options
-    prepare_env(state)
     started = time.monotonic()
     env = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="vcb-verify-") as folder:
         clean = Path(folder)  # nothing in it can shadow vllm
         facts = probe(state.python, clean, env)
         manifest = read_manifest(state.wheel) if state.wheel else _installed_manifest(facts)
-        state.record("install", lambda: check_install(facts, manifest=manifest, deps=state.deps))
-        min_isa, target = _wheel_needs(manifest)
         state.record(
+            "install",
+            lambda: check_install(
+                facts, manifest=manifest, deps=state.deps, substitute_torch=substitute_torch
+            ),
+        )
+        state.record("symbols", lambda: state.symbols or _native_symbols(state, facts))
+        min_isa, target = _wheel_needs(manifest)
+        if state.needs is not None:
+            min_isa, target = list(state.needs.features), state.needs.source
+        isa = state.record(
             "isa",
             lambda: check_isa(
                 state.host,
-                run_kernel_loads(state.python, facts, state.host, clean, min_isa),
+                run_kernel_loads(state.python, facts, state.host, clean, min_isa, state.root),
                 min_isa,
                 target,
             ),
+        )
+        state.record(
+            "numerics", lambda: check_numerics(state.python, facts, clean, isa, state.root)
         )
         wanted = {"import", "serve"} & set(options.only)
         console = console_state(state.python, env) if wanted else "not checked"
@@ -128,7 +186,19 @@ def _verify(state: Verification) -> Verification:
         )
     run_engines(state, facts, env, console_works=console == "works")
     state.checks_seconds = time.monotonic() - started
-    return state
+
+
+def _native_symbols(state: Verification, facts: dict[str, Any]) -> CheckResult:
+    site = Path(facts["vllm_package"]).parent
+    interpreter = Path(os.path.realpath(facts.get("python") or state.python))
+    missing = kernel_symbols(site, interpreter=interpreter, arch=state.host.arch)
+    if missing is None:
+        return CheckResult(
+            name="symbols",
+            status=SKIP,
+            summary="readelf is not installed (apt-get install binutils)",
+        )
+    return check_symbols(missing)
 
 
 def _loaded(state: Verification, clean: Path, facts: dict[str, Any]) -> dict[str, Any]:
@@ -191,12 +261,15 @@ def run_engines(
         env=engine_env,
         logs=state.logs,
         use_console_script=console_works,
+        timeout=state.engine_timeout,
+        kv_cache_bytes=state.engine_kv_cache_bytes,
     )
     attempts: list[dict[str, Any]] = []
     generated = state.record("generate", lambda: generate_with_retry(engine, attempts))
     proof = dict(generated.details) if generated else None
+    proven = generated is not None and not state.engine_kv_cache_bytes
     state.record(
-        "memory", lambda: check_memory(memory, planned, default, attempts if generated else None)
+        "memory", lambda: check_memory(memory, planned, default, attempts if proven else None)
     )
     findings = lint_scripts(options.scripts)
     state.record("spawn", lambda: check_spawn(findings, len(options.scripts), proof))

@@ -82,11 +82,23 @@ def _picked_failure(picked: KernelLoad | None) -> str:
 
 
 def run_kernel_loads(
-    python: Path, facts: Mapping[str, Any], host: Host, cwd: Path, min_isa: Sequence[str]
+    python: Path,
+    facts: Mapping[str, Any],
+    host: Host,
+    cwd: Path,
+    min_isa: Sequence[str],
+    root: Path = Path("/"),
 ) -> list[KernelLoad]:
+    """Each kernel library loaded by `python`; `root`: where its paths are, seen from here."""
     package = Path(facts["vllm_package"])
     return load_kernels(
-        python, package, arch=host.arch, isa=host.isa, wheel_min_isa=tuple(min_isa), cwd=cwd
+        python,
+        package,
+        arch=host.arch,
+        isa=host.isa,
+        wheel_min_isa=tuple(min_isa),
+        cwd=cwd,
+        root=root,
     )
 
 

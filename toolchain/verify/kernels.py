@@ -75,8 +75,11 @@ def tier_of(library: Path) -> str:
     return library.name.split(".", 1)[0]
 
 
-def kernel_libraries(package_dir: Path) -> list[Path]:
-    return sorted(p for p in package_dir.glob("_*C*.so") if p.is_file())
+def kernel_libraries(package_dir: Path, root: Path = Path("/")) -> list[Path]:
+    """The kernel libraries in `package_dir` as seen inside `root` (an emulated root), found
+    from here."""
+    here = root / package_dir.relative_to("/") if package_dir.is_absolute() else package_dir
+    return sorted(package_dir / p.name for p in here.glob("_*C*.so") if p.is_file())
 
 
 def load_kernels(
@@ -87,9 +90,10 @@ def load_kernels(
     isa: Mapping[str, bool],
     wheel_min_isa: tuple[str, ...] = (),
     cwd: Path | None = None,
+    root: Path = Path("/"),
 ) -> list[KernelLoad]:
     results = []
-    for library in kernel_libraries(package_dir):
+    for library in kernel_libraries(package_dir, root):
         tier = tier_of(library)
         needs = tier_needs(arch).get(tier, wheel_min_isa)
         lacking = tuple(feature for feature in needs if not isa.get(feature))

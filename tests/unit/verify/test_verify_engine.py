@@ -55,3 +55,18 @@ def test_an_engine_that_starts_then_fails_is_a_failure_with_the_worker_error(
 def test_root_error_falls_back_to_the_last_line() -> None:
     assert root_error("starting\nKilled\n") == "Killed"
     assert root_error("") == "no output"
+
+
+def test_an_emulated_generate_asks_for_a_fixed_kv_cache_not_the_memory_flag(
+    tmp_path: Path, fake_programs
+) -> None:
+    out = f"RESULT {json.dumps({**STARTED, 'runs': RUNS})}\n"
+    python = fake_programs.add("python", out)
+    engine = Engine(
+        python=python, model=tmp_path / "m", utilization=0.5, env={}, logs=tmp_path,
+        kv_cache_bytes=1 << 30,
+    )  # fmt: skip
+    assert run_generate(engine).status == PASS
+    argv = fake_programs.calls[0]
+    assert argv[-2:] == ["--kv-cache-memory-bytes", str(1 << 30)]
+    assert "--gpu-memory-utilization" not in argv

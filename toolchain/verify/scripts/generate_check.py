@@ -40,19 +40,19 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--max-model-len", type=int, default=256)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.92)
+    parser.add_argument("--kv-cache-memory-bytes", type=int, default=0, help="instead of the above")
     args = parser.parse_args()
 
     import vllm
     from vllm import LLM, SamplingParams
 
     started = time.monotonic()
-    llm = LLM(
-        model=args.model,
-        max_model_len=args.max_model_len,
-        dtype="float32",
-        seed=0,
-        gpu_memory_utilization=args.gpu_memory_utilization,
+    memory = (
+        {"kv_cache_memory_bytes": args.kv_cache_memory_bytes}
+        if args.kv_cache_memory_bytes
+        else {"gpu_memory_utilization": args.gpu_memory_utilization}
     )
+    llm = LLM(model=args.model, max_model_len=args.max_model_len, dtype="float32", seed=0, **memory)
     report = {
         "vllm_version": vllm.__version__,
         "load_seconds": round(time.monotonic() - started, 1),

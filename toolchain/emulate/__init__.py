@@ -1,0 +1,1 @@
+"""Running another architecture's Python under qemu-user, in a Debian root of its own."""
