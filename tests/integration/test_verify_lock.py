@@ -54,4 +54,3 @@ def test_a_second_verify_of_the_same_work_folder_refuses_and_leaves_the_first_al
     assert "installed in" in first_out, first_out
     assert "No module named 'torch'" in first_out, first_out  # past the install, as expected
     assert (work / "verify" / "venv" / "lib").is_dir(), "the first verify's venv is still there"
-

@@ -11,7 +11,6 @@ the plan's jobs; the first build falls back to the time per unit so far.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 from collections.abc import Iterator
@@ -19,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolchain.errors import DataFileError
+from toolchain.util.datafile import parse_json
 from toolchain.util.report import duration, reporter
 
 PHASES = ("configure", "oneDNN", "kernels", "link", "repair")
@@ -75,12 +76,13 @@ def learned_cpu_per_unit(wheel_dir: Path, vllm_version: str, target: str) -> flo
     best: tuple[str, float] | None = None
     for path in wheel_dir.glob("*.manifest.json"):
         try:
-            record = json.loads(path.read_text())
+            record = parse_json(path.read_text(), where=str(path))
+
             compiled = record["compile"]
             per_unit = float(compiled["cpu_seconds"]) / int(compiled["steps"])
             key = (record["vllm_version"], record["target_isa"])
             created = str(record["created"])
-        except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, DataFileError):
             continue  # a manifest without the figures teaches nothing
         if key == (vllm_version, target) and per_unit > 0 and (best is None or created > best[0]):
             best = (created, per_unit)

@@ -14,6 +14,7 @@ from typing import Any
 from toolchain.emulate.models import RootSpec
 from toolchain.errors import ToolMissingError, UnsupportedHostError
 from toolchain.util import run
+from toolchain.util.datafile import load_json
 from toolchain.util.files import atomic_path
 from toolchain.util.report import reporter
 
@@ -122,7 +123,7 @@ def ensure_root(plan: RootPlan, log: Path) -> dict[str, Any]:
         plan.record.unlink(missing_ok=True)
     if not plan.record.is_file():
         _write_record(plan)
-    record: dict[str, Any] = json.loads(plan.record.read_text())
+    record: dict[str, Any] = load_json(plan.record)
     return record
 
 

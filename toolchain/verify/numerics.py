@@ -3,11 +3,12 @@ wrong (an emulated instruction, a bad build); the figures also compare two wheel
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from toolchain.errors import KernelCheckError
 from toolchain.util import run
+from toolchain.util.datafile import parse_json
 from toolchain.verify.kernels import SIGILL_CODES, kernel_libraries
 from toolchain.verify.results import FAIL, PASS, SKIP, CheckResult
 
@@ -51,7 +52,11 @@ def check_numerics(
             + " | ".join(last),
             fix="build a wheel for this CPU (nox -s build-wheel)",
         )
-    figures: dict[str, Any] = json.loads(line.removeprefix("RESULT "))
+    figures: dict[str, Any] = parse_json(
+        line.removeprefix("RESULT "),
+        where=f"{library.name} numerics report",
+        error=KernelCheckError,
+    )
     return judge(library.name, figures)
 
 
