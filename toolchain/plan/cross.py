@@ -158,7 +158,9 @@ def toolchain_file_text(cross: CrossPlan, python_include: str) -> str:
          f"-Wl,-rpath-link,{cross.torch_view / 'torch' / 'lib'}"]
     )  # fmt: skip
     include = f"-isystem {cross.sysroot / 'usr' / 'include'}"
-    roots = " ".join(str(p) for p in (Path("/usr") / cross.triplet, cross.sysroot))
+    roots = " ".join(
+        str(p) for p in (Path("/usr") / cross.triplet, cross.sysroot, cross.torch_view / "torch")
+    )
     return "\n".join(
         [
             "# Written by vllm-cpu-builder for a cross build: "

@@ -117,7 +117,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         memory_per_job_bytes=PREPROCESS_MIB * MIB if remote else recipe.memory_per_job_bytes,
         reserve_bytes=options.reserve_bytes,
         override=options.jobs,
-        measured=() if remote else recipe.compile_memory,
+        measured=() if remote else tuple(m for m in recipe.compile_memory if m.applies_to(arch)),
     )
     warnings += [jobs.warning] if jobs.warning else []
     wheel_version = f"{recipe.vllm}+cpu.{target.name}"
