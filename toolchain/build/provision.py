@@ -79,12 +79,22 @@ def dist_toolchain(work_dir: Path, arch: str, *, log: Path) -> tuple[Path, tuple
 
 
 def _apt_options(state: Path, recipe: GxxRecipe) -> list[str]:
+    return apt_options(
+        state, keyring=recipe.keyring, archive=recipe.archive, release=recipe.release
+    )
+
+
+def apt_options(
+    state: Path, *, keyring: str, archive: str, release: str, arch: str | None = None
+) -> list[str]:
+    """apt with a private sources list and state folder (and another architecture's packages
+    with `arch`): nothing of the system's apt changes."""
     sources = state / "sources.list"
     sources.parent.mkdir(parents=True, exist_ok=True)
-    sources.write_text(f"deb [signed-by={recipe.keyring}] {recipe.archive} {recipe.release} main\n")
+    sources.write_text(f"deb [signed-by={keyring}] {archive} {release} main\n")
     (state / "lists" / "partial").mkdir(parents=True, exist_ok=True)
     (state / "archives" / "partial").mkdir(parents=True, exist_ok=True)
-    return [
+    options = [
         "-o",
         f"Dir::Etc::SourceList={sources}",
         "-o",
@@ -102,6 +112,9 @@ def _apt_options(state: Path, recipe: GxxRecipe) -> list[str]:
         "-o",
         "APT::Sandbox::User=root",
     ]
+    if arch is not None:
+        options += ["-o", f"APT::Architecture={arch}", "-o", f"APT::Architectures={arch}"]
+    return options
 
 
 def _download(recipe: GxxRecipe, state: Path, triplet: str, *, log: Path) -> dict[str, list[Path]]:

@@ -30,6 +30,8 @@ class BuildFacts:
     delivered: Path | None = None
     debug_archive: Path | None = None  # the libraries' debug info, split out of the wheel
     cache: dict[str, Any] | None = None  # the shared compile cache: where, used, hits, misses
+    cross: dict[str, Any] | None = None  # a cross build: compiler and sysroot as provisioned
+    target_torch: dict[str, Any] | None = None  # a cross build: the torch wheel it built against
 
     @property
     def cache_used(self) -> bool:

@@ -20,6 +20,7 @@ from packaging.version import Version
 
 from toolchain import __version__
 from toolchain.build.compilation import EtaBasis, MemoryGuard, compile_logged
+from toolchain.build.cross import provision_cross, target_torch
 from toolchain.build.debuginfo import split_debug_info
 from toolchain.build.ninja_trace import write_trace
 from toolchain.build.progress import (
@@ -161,7 +162,11 @@ def third_party_sources(build: BuildRun) -> None:
 
 
 def provision_toolchain(build: BuildRun) -> None:
-    provision_gxx(build.plan.paths.work_dir, build.plan.arch, log=build.log)
+    plan = build.plan
+    if plan.cross is not None:
+        build.facts.cross = provision_cross(plan.cross, plan.paths.work_dir, log=build.log)
+        return
+    provision_gxx(plan.paths.work_dir, plan.arch, log=build.log)
 
 
 def check_toolchain(build: BuildRun) -> None:
@@ -179,7 +184,13 @@ def check_toolchain(build: BuildRun) -> None:
             f"{plan.arch} needs >= {minimum}",
             hint="unset CXX / --cxx so the toolkit provisions a new enough g++",
         )
-    if numa_header() is None:
+    cross = plan.cross
+    if cross is not None and not (cross.sysroot / "usr" / "include" / "numa.h").is_file():
+        raise BuildError(
+            f"numa.h is missing from the sysroot {cross.sysroot}",
+            hint="run the provision-toolchain step again (delete the sysroot folder first)",
+        )
+    if cross is None and numa_header() is None:
         raise BuildError(
             "numa.h is missing: vLLM's CPU backend links libnuma",
             hint="apt-get install libnuma-dev",
@@ -310,6 +321,20 @@ def check_build_tools(build: BuildRun) -> None:
     reporter.detail(f"cmake {versions['cmake']}, ninja {versions['ninja']} (from the build venv)")
 
 
+def target_torch_step(build: BuildRun) -> None:
+    """A cross build: the host machine's torch, its CUDA-free view, the files cmake reads."""
+    plan = build.plan
+    assert plan.cross is not None, "only cross plans have this step"
+    sources = PipSources(find_links=plan.torch.find_links, torch_index=plan.torch.index_url)
+    build.facts.target_torch = target_torch(
+        plan.cross,
+        plan.paths.venv_python,
+        download_to=plan.paths.work_dir / "target-wheels",
+        pip_args=sources.args(),
+        log=build.log,
+    )
+
+
 def compile_env(build: BuildRun) -> dict[str, str]:
     plan = build.plan
     env = {**os.environ, **plan.env}
@@ -383,8 +408,17 @@ def _repair(build: BuildRun) -> None:
         ),
     }
     excludes = [arg for pattern in TORCH_LIBRARIES for arg in ("--exclude", pattern)]
+    auditwheel: list[str | Path] = [sys.executable, "-m", "auditwheel"]
+    if plan.cross is not None:
+        # the target's libraries (libnuma) are in the sysroot; auditwheel is told the machine
+        view_lib = plan.cross.torch_view / "torch" / "lib"
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            str(p) for p in (plan.cross.sysroot / "usr" / "lib" / plan.cross.triplet, view_lib)
+        )
+        auditwheel = [sys.executable, "-m", "toolchain.build.auditwheel_cross",
+                      plan.cross.host_machine]  # fmt: skip
     run.run_logged(
-        [sys.executable, "-m", "auditwheel", "repair", "-w", out, *excludes, built],
+        [*auditwheel, "repair", "-w", out, *excludes, built],
         log=build.log,
         env=env,
         what="auditwheel repair",
@@ -426,6 +460,10 @@ def manifest(build: BuildRun, wheel_name: str) -> dict[str, Any]:
             for d in plan.third_party
         ],
         "target_isa": plan.target_isa,
+        "target_arch": plan.arch,
+        "build_arch": plan.build_arch,
+        "cross": _cross_record(build),
+        "arm_compute_library": plan.arm_acl,
         "isa_model": plan.isa_model,
         "min_isa": list(plan.min_isa),
         "toolchain": {
@@ -467,6 +505,23 @@ def manifest(build: BuildRun, wheel_name: str) -> dict[str, Any]:
             if (debug := build.facts.debug_archive)
             else None
         ),
+    }
+
+
+def _cross_record(build: BuildRun) -> dict[str, Any] | None:
+    """A cross build: the compiler, the sysroot's packages and hashes, the torch built against."""
+    cross = build.plan.cross
+    if cross is None:
+        return None
+    return {
+        "build_machine": cross.build_machine,
+        "host_machine": cross.host_machine,
+        "cxx": cross.cxx,
+        "cxx_sha256": program_sha256(cross.cxx),
+        **(build.facts.cross or {}),
+        "toolchain_file": cross.toolchain_file.name,
+        "target_torch": build.facts.target_torch,
+        "wheel_platform": cross.wheel_platform,
     }
 
 
@@ -542,6 +597,7 @@ STEPS: dict[str, StepFunction] = {
     "create-venv": create_venv,
     "install-build-requirements": install_requirements,
     "start-cache": start_cache_step,
+    "target-torch": target_torch_step,
     "compile": compile_step,
     "repair": repair,
     "deliver": deliver,

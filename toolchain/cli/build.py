@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from toolchain.build.cross import provision_cross
 from toolchain.build.provision import provision_gxx
 from toolchain.build.runner import BuildRun
 from toolchain.build.sources import fill_mirror
@@ -121,10 +122,19 @@ def _git_repos(items: list[str]) -> dict[str, Path]:
 
 
 def cmd_provision_toolchain(args: argparse.Namespace) -> int:
-    _, options = options_from_args(args)
+    values, options = options_from_args(args)
     host = detect_host()
     host.require_supported()
     log = options.work_dir / "provision.log"
+    if options.target is not None:  # an Arm target on x86: the cross compiler and sysroot
+        cross = plan_build(host, recipe_from_values(values), options).cross
+        if cross is not None:
+            done = provision_cross(cross, options.work_dir, log=log)
+            print(
+                f"{cross.host_machine} cross g++ {done['compiler_version']} ready: "
+                f"CXX={cross.cxx}, sysroot {cross.sysroot} (log: {log})"
+            )
+            return 0
     prefix = provision_gxx(options.work_dir, host.arch, log=log)
     cc, cxx = provisioned_gxx(prefix)
     print(f"g++ {tool_version(cxx)} ready: CC={cc} CXX={cxx} (log: {log})")
@@ -173,7 +183,9 @@ def configure_parser(commands: Any) -> None:
     matrix.add_argument("--json", action="store_true", help='print {"include": [cells]}')
     matrix.set_defaults(handler=cmd_matrix)
     provision = commands.add_parser(
-        "provision-toolchain", help="unpack a new enough g++ into a private prefix"
+        "provision-toolchain",
+        help="unpack a new enough g++ into a private prefix; with an Arm --target on x86, "
+        "the cross g++ and the target's sysroot",
     )
     add_setting_flags(provision, BUILD_SETTINGS)
     provision.set_defaults(handler=cmd_provision_toolchain)

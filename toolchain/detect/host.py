@@ -29,7 +29,8 @@ SAVED_SOURCES = frozenset({"cpuinfo-file", "probe-file", "sysctl-file"})
 
 @dataclass(frozen=True, kw_only=True)
 class Host:
-    arch: str
+    arch: str  # the machine described: this one, or the one a saved cpuinfo comes from
+    build_arch: str  # the machine running the toolkit, whatever machine is described
     supported: bool
     cpu_model: str
     arm_core: str | None
@@ -189,7 +190,9 @@ def detect_host(
                 f"{cpuinfo_file}: not a /proc/cpuinfo dump: no 'flags' line (x86), no "
                 "'CPU implementer' (Arm), nor another architecture's lines"
             )
-        cpus, quota = cpu.processors, None
+        # the described machine's CPUs count where it is the build machine; a cross build
+        # (another architecture described) compiles on this one
+        cpus, quota = (cpu.processors, None) if cpu.arch == machine_arch() else usable_cpus()
         if probe_file is not None:
             cpu, source, notes, probe_details = _cpu_from_saved_probe(cpu, probe_file)
     elif probe_file is not None:
@@ -217,6 +220,7 @@ def detect_host(
     where = disk_path or Path.cwd()
     return Host(
         arch=cpu.arch,
+        build_arch=machine_arch(),
         supported=cpu.arch in SUPPORTED_ARCHES,
         cpu_model=cpu.model or (arm_core or ""),
         arm_core=arm_core,
@@ -270,6 +274,7 @@ def _mac_host(sysctl_file: Path | None, vm_stat_file: Path | None, where: Path) 
         uarch, isa_level = None, table.x86_level(cpu.tokens)
     return Host(
         arch=cpu.arch,
+        build_arch=machine_arch(),
         supported=cpu.arch in SUPPORTED_ARCHES,
         cpu_model=cpu.model,
         arm_core=None,

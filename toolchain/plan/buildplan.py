@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolchain.plan.cross import CrossPlan
 from toolchain.plan.jobs import JobSizing
 from toolchain.plan.recipes import DroppedRequirement, OnednnPrune, Patch
 from toolchain.util.compile_cache import SharedCache
@@ -152,7 +153,10 @@ class MacosPlan:
 class BuildPlan:
     vllm_version: str
     recipe: str
-    arch: str
+    arch: str  # the host machine: the one the wheel is for
+    build_arch: str  # the build machine: the one compiling
+    cross: CrossPlan | None  # None: the two are one architecture
+    arm_acl: bool | None  # Arm only: oneDNN with the Arm Compute Library
     target_isa: str
     isa_model: str
     min_isa: tuple[str, ...]

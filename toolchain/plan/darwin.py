@@ -52,6 +52,9 @@ def plan_darwin(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         vllm_version=str(recipe.vllm),
         recipe=str(recipe.path),
         arch="arm64",
+        build_arch=host.build_arch,
+        cross=None,  # no cross build to macOS: build-wheel refuses a Darwin plan off a Mac
+        arm_acl=None,
         target_isa=target.name,
         isa_model=darwin.isa_model.name,
         min_isa=target.min_isa,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
@@ -24,6 +25,14 @@ from toolchain.plan.buildplan import (
     TorchPin,
 )
 from toolchain.plan.compiler import choose_compiler
+from toolchain.plan.cross import (
+    ACL_SWITCH,
+    TARGET_MACHINE_SWITCH,
+    CrossPlan,
+    cross_env,
+    plan_cross,
+)
+from toolchain.plan.cross import cmake_args as cross_cmake_args
 from toolchain.plan.jobs import JobSizing, size_jobs
 from toolchain.plan.recipes import (
     ONEDNN_GEMM_ISAS,
@@ -34,7 +43,7 @@ from toolchain.plan.recipes import (
     Patch,
     Recipe,
 )
-from toolchain.plan.target import choose_target, runs_on
+from toolchain.plan.target import choose_target, runs_on, target_arch
 from toolchain.settings import BuildOptions
 from toolchain.util.compile_cache import PREPROCESS_MIB, scheduler_status
 from toolchain.util.datafile import load_json
@@ -43,6 +52,7 @@ from toolchain.util.units import MIB
 
 DATA = Path(str(resources.files("toolchain") / "data"))
 PRUNE_CMAKE, POOLS_CMAKE = DATA / "prune-onednn.cmake", DATA / "job-pools.cmake"
+ACL_NAME = "ComputeLibrary"
 
 
 def choose_python(recipe: Recipe, host: Host, wanted: str | None) -> tuple[str, str]:
@@ -84,17 +94,24 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         from toolchain.plan.darwin import plan_darwin  # imports this module's helpers
 
         return plan_darwin(host, recipe, options)
-    arch = host.arch
-    target = choose_target(recipe, arch, host.isa, options.target)
+    arch = target_arch(recipe, host.arch, options.target)  # the host machine: the wheel's
+    cross = arch != host.build_arch
+    # a CPU's features count only for the architecture it has
+    isa = host.isa if host.arch == arch else {}
+    target = choose_target(recipe, arch, isa, options.target, cross=cross)
     warnings: list[str] = []
-    lacking = runs_on(target, host.isa)
-    if lacking:
+    lacking = runs_on(target, isa)
+    if lacking and isa:
         warnings.append(
             f"this host lacks {', '.join(lacking)}: it can build the {target.name} "
             "wheel but cannot import its kernels, so verify it on a machine that can"
         )
+    elif cross and host.arch != arch:
+        warnings.append(
+            f"this {host.build_arch} machine cross-compiles the {arch} wheel and cannot import "
+            f"it: verify it on an {arch} machine that has {', '.join(target.min_isa)}"
+        )
     py_version, py_path = choose_python(recipe, host, options.python)
-    compiler, compiler_steps = choose_compiler(recipe, host, options)
     dist = _dist_plan(options, warnings)
     remote = dist.remote_cpus if dist else 0
     jobs = size_jobs(
@@ -104,7 +121,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         memory_per_job_bytes=PREPROCESS_MIB * MIB if remote else recipe.memory_per_job_bytes,
         reserve_bytes=options.reserve_bytes,
         override=options.jobs,
-        measured=() if remote else recipe.compile_memory,
+        measured=() if remote else tuple(m for m in recipe.compile_memory if m.applies_to(arch)),
     )
     warnings += [jobs.warning] if jobs.warning else []
     wheel_version = f"{recipe.vllm}+cpu.{target.name}"
@@ -122,8 +139,28 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         log=build_dir / "build.log",
         wheel_dir=options.wheel_dir,
     )
-    third_party, deps_env, deps_warnings = _third_party(recipe, arch, options, paths.deps)
     patches = tuple(patch for patch in recipe.patches if patch.applies_to(arch))
+    cross_plan = (
+        plan_cross(
+            build_arch=host.build_arch,
+            host_arch=arch,
+            work_dir=options.work_dir,
+            build_dir=build_dir,
+            torch_pin=recipe.torch[arch],
+            python_version=py_version,
+        )
+        if cross
+        else None
+    )
+    if cross_plan is not None:
+        _require_switch(
+            recipe, options, patches, TARGET_MACHINE_SWITCH, f"a cross build for {arch}"
+        )
+        compiler, compiler_steps = _cross_compiler(cross_plan, options)
+    else:
+        compiler, compiler_steps = choose_compiler(recipe, host, options)
+    acl = _arm_acl(recipe, arch, options, patches)
+    third_party, deps_env, deps_warnings = _third_party(recipe, arch, options, paths.deps, acl)
     prune = onednn_prune(recipe, target)
     env = {
         "VLLM_TARGET_DEVICE": "cpu",
@@ -132,9 +169,10 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         "CMAKE_BUILD_TYPE": options.build_type,
         **target.env,
         **_kernel_env(recipe, recipe.isa_models[arch], target, patches, options),
-        **_cmake_args(target, prune, jobs, paths.recipe_files),
+        **_cmake_args(target, prune, jobs, paths.recipe_files, cross_plan, acl),
         "CC": compiler.cc,
         "CXX": compiler.cxx,
+        **(cross_env(cross_plan) if cross_plan else {}),
         "VLLM_VERSION_OVERRIDE": wheel_version,
         # The live progress line reads ninja's "[done/total]"; a user's own NINJA_STATUS would
         # silently hide it.
@@ -142,7 +180,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         **deps_env,
         **_cache_env(host, options, build_dir, warnings),
     }
-    pinned = recipe.torch[arch]
+    pinned = recipe.torch[host.build_arch if cross else arch]  # the build venv's torch
     # Accepting a CUDA torch means accepting any build of the pinned version (PyPI's has no +cpu).
     torch = TorchPin(
         requirement=f"torch=={Version(pinned).public if options.allow_cuda_torch else pinned}",
@@ -153,10 +191,13 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         vllm_version=str(recipe.vllm),
         recipe=str(recipe.path),
         arch=arch,
+        build_arch=host.build_arch,
+        cross=cross_plan,
+        arm_acl=acl,
         target_isa=target.name,
         isa_model=recipe.isa_models[arch].name,
         min_isa=target.min_isa,
-        target_note=_target_note(recipe.isa_models[arch], target, host, options),
+        target_note=_target_note(recipe.isa_models[arch], target, isa, options),
         kernel_tiers=target.kernel_tiers,
         onednn_isa=target.onednn_isa,
         onednn_prune=prune,
@@ -186,6 +227,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
             paths,
             jobs,
             patches,
+            cross_plan,
         ),
         dropped_requirements=recipe.drop_requirements,
         patches=patches,
@@ -196,15 +238,15 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
     )
 
 
-def _target_note(model: IsaModel, target: IsaTarget, host: Host, options: BuildOptions) -> str:
+def _target_note(
+    model: IsaModel, target: IsaTarget, isa: Mapping[str, bool], options: BuildOptions
+) -> str:
     """Why this target: asked for, or the era's default, and what else this host could build."""
     if options.target is not None:
         return f"target {target.name}: asked for"
     if model.default_target != target.name:
         return f"target {target.name}: the richest this host builds and runs"
-    leaner = [
-        t.name for t in model.targets.values() if t is not target and not runs_on(t, host.isa)
-    ]
+    leaner = [t.name for t in model.targets.values() if t is not target and not runs_on(t, isa)]
     return f"target {target.name}: the default, one wheel for every CPU of a mixed fleet" + (
         f"; for CPUs like this one alone, --target {' or '.join(leaner)} compiles less"
         if leaner
@@ -241,12 +283,20 @@ def _kernel_env(
 
 
 def _cmake_args(
-    target: IsaTarget, prune: OnednnPrune | None, jobs: JobSizing, recipe_files: Path
+    target: IsaTarget,
+    prune: OnednnPrune | None,
+    jobs: JobSizing,
+    recipe_files: Path,
+    cross: CrossPlan | None,
+    acl: bool | None,
 ) -> dict[str, str]:
-    """CMAKE_ARGS: oneDNN limited to the target's ISA, the oneDNN units it never links left
-    out (the list as the recipe was loaded, written into the build folder by the compile step),
-    and the units put into the job pools."""
-    args = []
+    """CMAKE_ARGS: a cross build's toolchain file, oneDNN limited to the target's ISA (and on
+    Arm without ACL when the mirror has none), the oneDNN units it never links left out (the
+    list as the recipe was loaded, written into the build folder by the compile step), and the
+    units put into the job pools."""
+    args = [*cross_cmake_args(cross)] if cross else []
+    if acl is False:
+        args.append(f"-D{ACL_SWITCH}=OFF")
     if target.onednn_isa not in (None, "ALL"):
         gemm = target.onednn_isa if target.onednn_isa in ONEDNN_GEMM_ISAS else "ALL"
         args += [
@@ -309,11 +359,13 @@ def _patch_warnings(patches: tuple[Patch, ...], options: BuildOptions) -> list[s
 
 
 def _third_party(
-    recipe: Recipe, arch: str, options: BuildOptions, deps_dir: Path
+    recipe: Recipe, arch: str, options: BuildOptions, deps_dir: Path, acl: bool | None
 ) -> tuple[tuple[Dependency, ...], dict[str, str], list[str]]:
     """Sources cmake would download: the mirror copy, and the variable pointing cmake at it."""
     entries, env, warnings = [], {}, []
     for dep in recipe.third_party_for(arch):
+        if dep.name == ACL_NAME and acl is False:
+            continue
         unpacked = deps_dir / f"{dep.name}-{dep.ref.removeprefix('v')}"
         entries.append(
             Dependency(
@@ -341,6 +393,65 @@ def _third_party(
                 "(trust on first use); later builds check against it"
             )
     return tuple(entries), env, warnings
+
+
+def _arm_acl(
+    recipe: Recipe, arch: str, options: BuildOptions, patches: tuple[Patch, ...]
+) -> bool | None:
+    """Arm builds only: oneDNN with the Arm Compute Library, unless the mirror has no ACL
+    archive (its repository is out of reach of an air-gapped build) and the recipe's patch
+    can leave it out."""
+    acl = next((d for d in recipe.third_party_for(arch) if d.name == ACL_NAME), None)
+    if acl is None:
+        return None
+    if options.sources is None or (options.sources / acl.archive).is_file():
+        return True
+    return not _has_switch(options, patches, ACL_SWITCH)
+
+
+def _has_switch(options: BuildOptions, patches: tuple[Patch, ...], switch: str) -> bool:
+    """Whether the source reads this build switch: the recipe's patch adds it, or a
+    --source-dir tree has it already."""
+    if options.source_dir:
+        found = (options.source_dir / name for name in ("setup.py", "cmake/cpu_extension.cmake"))
+        return any(f.is_file() and switch in f.read_text(errors="replace") for f in found)
+    return any(switch in p.enables for p in patches)
+
+
+def _require_switch(
+    recipe: Recipe, options: BuildOptions, patches: tuple[Patch, ...], switch: str, what: str
+) -> None:
+    if not _has_switch(options, patches, switch):
+        raise PlanError(
+            f"{what} needs vLLM {recipe.vllm} to read {switch}, which only a recipe patch adds "
+            "(upstream's setup.py and cmake take the machine from the build machine)",
+            hint="use a release whose recipe has the cross patch (0.32.0), or build on a "
+            "machine of the target's architecture",
+        )
+
+
+def _cross_compiler(cross: CrossPlan, options: BuildOptions) -> tuple[Compiler, list[Step]]:
+    """Debian's cross g++ (or --cxx: the user's own cross compiler), and its provisioning."""
+    step = Step(
+        name="provision-toolchain",
+        summary=f"Debian {cross.release}'s {cross.host_machine} cross g++ "
+        f"{cross.compiler_version} (apt-get install when missing) and a sysroot at "
+        f"{cross.sysroot} with " + ", ".join(p.package for p in cross.sysroot_packages),
+    )
+    if options.cxx:
+        cxx = options.cxx
+        return Compiler(
+            cxx=cxx, cc=_cross_cc(cxx), version="checked at build time",
+            origin="CXX / --cxx", minimum="",
+        ), [step]  # fmt: skip
+    return Compiler(
+        cxx=cross.cxx, cc=cross.cc, version=cross.compiler_version, origin="cross", minimum=""
+    ), [step]
+
+
+def _cross_cc(cxx: str) -> str:
+    path = Path(cxx)
+    return str(path.with_name(path.name.replace("g++", "gcc")))
 
 
 def _cache_env(
@@ -440,6 +551,7 @@ def _steps(
     paths: Paths,
     jobs: JobSizing,
     patches: tuple[Patch, ...],
+    cross: CrossPlan | None,
 ) -> tuple[Step, ...]:
     deps = ", ".join(f"{d.name} {d.ref}" for d in third_party) or "nothing"
     where = f"from {options.sources}" if options.sources else "(cmake downloads them)"
@@ -451,7 +563,8 @@ def _steps(
         Step(
             name="check-toolchain",
             summary=f"{compiler.cxx} >= {recipe.gxx_min.get(arch, 'any')}"
-            f", cmake >= {recipe.cmake_min}, ninja, numa.h",
+            f", cmake >= {recipe.cmake_min}, ninja, numa.h"
+            + (f" in {cross.sysroot}" if cross else ""),
         ),
         Step(name="create-venv", summary=f"a fresh venv at {paths.venv}"),
         Step(
@@ -476,14 +589,28 @@ def _steps(
             if options.cache
             else []
         ),
+        *([_target_torch_step(cross)] if cross else []),
         Step(
             name="compile",
             summary=f"pip wheel --no-build-isolation with MAX_JOBS={jobs.max_jobs}"
             + (f" ({jobs.schedule()})" if jobs.pools else "")
             + f", log at {paths.log}",
         ),
-        Step(name="repair", summary="auditwheel repair, torch libraries excluded; embed manifest"),
+        Step(
+            name="repair",
+            summary="auditwheel repair, torch libraries excluded; embed manifest"
+            + (f" (auditwheel told the machine is {cross.host_machine})" if cross else ""),
+        ),
         Step(name="deliver", summary=f"move the wheel and its manifest into {paths.wheel_dir}"),
+    )
+
+
+def _target_torch_step(cross: CrossPlan) -> Step:
+    return Step(
+        name="target-torch",
+        summary=f"pip download {cross.torch_requirement} for {cross.torch_platform} "
+        f"(else {cross.torch_fallback}), unpack its CPU view at {cross.torch_view}; write "
+        f"{cross.toolchain_file.name} and {cross.target_python.name}",
     )
 
 

@@ -117,6 +117,10 @@ class CompileMemory:
     targets: tuple[str, ...]  # CMake target names; '*' matches any characters
     peak_bytes: int
     pool: str  # "light": many at a time, before the others; "heavy": as the flat figure allows
+    arch: str | None = None  # measured for this architecture's build only; None: every one
+
+    def applies_to(self, arch: str) -> bool:
+        return self.arch is None or self.arch == arch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,7 +214,7 @@ RECIPE_KEYS = {
     "drop_requirements": {"name", "reason"},
     "patches": {"file", "versions", "reason", "arch", "enables"},
     "onednn_prune": {"target", "file", "reason"},
-    "compile_memory": {"what", "targets", "peak_mib", "pool"},
+    "compile_memory": {"what", "targets", "peak_mib", "pool", "arch"},
     "darwin": {"torch", "macos_min", "clang_min", "isa_model"},
 }  # fmt: skip
 
@@ -453,11 +457,15 @@ def _compile_memory(entry: dict[str, Any], flat_mib: int, *, where: str) -> Comp
     pool = string(entry, "pool", where=where)
     if pool not in ("light", "heavy"):
         raise DataFileError(f"{where}: key 'pool' must be 'light' or 'heavy', not {pool!r}")
+    arch = _optional_string(entry, "arch", where=where)
+    if arch is not None and arch not in SUPPORTED_ARCHES:
+        raise DataFileError(f"{where}: key 'arch' must be one of {', '.join(SUPPORTED_ARCHES)}")
     return CompileMemory(
         what=string(entry, "what", where=where),
         targets=tuple(targets),
         peak_bytes=peak * MIB,
         pool=pool,
+        arch=arch,
     )
 
 

@@ -27,6 +27,7 @@ def render_plan(plan: BuildPlan) -> str:
         f"Python {plan.python.version} ({plan.python.interpreter}), "
         f"{plan.torch.requirement} from {plan.torch.index_url}",
         f"compiler {plan.compiler.cxx} {plan.compiler.version} ({plan.compiler.origin})",
+        *_cross(plan),
         *(
             [
                 f"compile cache {plan.shared_cache.where} ({plan.shared_cache.backend}, through "
@@ -72,6 +73,27 @@ def _macos(plan: BuildPlan) -> list[str]:
         f"; {built_on}); Apple clang >= {mac.clang_min}"
         + (f", -march={mac.march}" if mac.march else "")
         + "; no libnuma, no oneDNN, no Arm Compute Library (upstream's macOS build)"
+    ]
+
+
+def _cross(plan: BuildPlan) -> list[str]:
+    cross = plan.cross
+    acl = {
+        None: [],
+        True: ["Arm Compute Library: on"],
+        False: ["Arm Compute Library: off (the source mirror has no ACL archive)"],
+    }[plan.arm_acl]
+    if cross is None:
+        return acl
+    packages = ", ".join(f"{p.package} {p.version}" for p in cross.sysroot_packages)
+    return [
+        f"cross build: build machine {cross.build_machine}, host machine {cross.host_machine}; "
+        f"wheel platform {cross.wheel_platform} (manylinux_*_{cross.host_machine} once repaired)",
+        f"sysroot {cross.sysroot} (Debian {cross.release}: {packages})",
+        f"toolchain file {cross.toolchain_file}",
+        f"target torch: {cross.torch_requirement}, else {cross.torch_fallback} through a "
+        f"CUDA-free view ({cross.torch_platform})",
+        *acl,
     ]
 
 

@@ -32,12 +32,24 @@ def runs_on(target: IsaTarget, isa: Mapping[str, bool]) -> list[str]:
     return [feature for feature in target.min_isa if not isa.get(feature)]
 
 
+def target_arch(recipe: Recipe, described: str, wanted: str | None) -> str:
+    """The host machine's architecture: the one whose targets name --target (the Arm targets
+    need no --arch), else the architecture of the machine described (this one, or --cpuinfo)."""
+    model = recipe.isa_models.get(described)
+    if wanted is None or (model is not None and wanted in model.targets):
+        return described
+    owners = [arch for arch, model in recipe.isa_models.items() if wanted in model.targets]
+    return owners[0] if len(owners) == 1 else described
+
+
 def choose_target(
-    recipe: Recipe, arch: str, isa: Mapping[str, bool], wanted: str | None
+    recipe: Recipe, arch: str, isa: Mapping[str, bool], wanted: str | None, *, cross: bool = False
 ) -> IsaTarget:
+    """The target to build; a cross build's cmake takes no feature from the build machine, so
+    what upstream's cmake would read from its /proc/cpuinfo blocks nothing there."""
     model = recipe.isa_models[arch]
     if wanted is None:
-        return _best_target(recipe, model, isa)
+        return _best_target(recipe, model, isa, cross=cross)
     if wanted not in model.targets:
         other = [m.arch for m in recipe.isa_models.values() if wanted in m.targets]
         where = f"; '{wanted}' is a target for {other[0]}" if other else ""
@@ -47,7 +59,7 @@ def choose_target(
             hint=f"use --target {' or --target '.join(model.targets)}",
         )
     target = model.targets[wanted]
-    blocker = _blocker(target, isa, recipe)
+    blocker = None if cross else _blocker(target, isa, recipe)
     if blocker:
         raise PlanError(
             f"cannot build target {wanted} here: {blocker}",
@@ -56,11 +68,15 @@ def choose_target(
     return target
 
 
-def _best_target(recipe: Recipe, model: IsaModel, isa: Mapping[str, bool]) -> IsaTarget:
+def _best_target(
+    recipe: Recipe, model: IsaModel, isa: Mapping[str, bool], *, cross: bool
+) -> IsaTarget:
     """The era's default target (one wheel for a mixed fleet), else the last (richest) target
     the host can both build exactly and run."""
     fitting = [
-        t for t in model.targets.values() if not runs_on(t, isa) and not _blocker(t, isa, recipe)
+        t
+        for t in model.targets.values()
+        if not runs_on(t, isa) and (cross or not _blocker(t, isa, recipe))
     ]
     if not fitting:
         first = next(iter(model.targets.values()))

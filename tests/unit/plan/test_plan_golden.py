@@ -17,18 +17,21 @@ ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures"
 GOLDEN = FIXTURES / "plans"
 
+# case: (cpuinfo of the machine described, meminfo, g++ on PATH, arguments, build machine)
 CASES = {
     "zen4-0.32.0-provisioned-mirror": (
         "x86-zen4",
         "buildhost-24g",
         {"g++": "12.2.0\n"},
         ["--vllm", "0.32.0", "--sources", "/mirror"],
+        "x86_64",
     ),
     "zen4-0.16.0-path-gxx-no-mirror": (
         "x86-zen4",
         "buildhost-24g",
         {"g++": "12.2.0\n", "g++-13": "13.2.0\n"},
         ["--vllm", "0.16.0"],
+        "x86_64",
     ),
     "graviton3-0.32.0-cxx-source-dir": (
         "arm-graviton3",
@@ -48,12 +51,29 @@ CASES = {
             "--torch-index",
             "http://mirror.internal/torch/cpu",
         ],
+        "aarch64",
     ),
     "seed-vm-haswell-0.34.0": (
         "x86-haswell",
         "seed-6cpu-7.75g",
         {"g++": "12.2.0\n", "g++-14": "14.2.0\n"},
         ["--vllm", "0.34.0", "--sources", "/mirror", "--python", "3.12", "--reserve-mib", "256"],
+        "x86_64",
+    ),
+    # issue #29: an x86_64 build machine cross-compiles aarch64 wheels
+    "x86-buildhost-0.32.0-cross-bf16i8mm": (
+        "x86-epyc-kvm-buildhost",
+        "buildhost-24g",
+        {"g++": "12.2.0\n"},
+        ["--vllm", "0.32.0", "--target", "bf16i8mm", "--sources", "/mirror"],
+        "x86_64",
+    ),
+    "graviton3-described-on-x86-0.32.0-cross": (
+        "arm-graviton3",
+        "buildhost-24g",
+        {"g++": "12.2.0\n"},
+        ["--vllm", "0.32.0", "--sources", "/mirror"],
+        "x86_64",
     ),
 }
 
@@ -62,7 +82,9 @@ CASES = {
 def test_plan_json_is_unchanged(
     case: str, tmp_path: Path, fake_programs, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    cpuinfo, meminfo, compilers, argv = CASES[case]
+    cpuinfo, meminfo, compilers, argv, build_arch = CASES[case]
+    monkeypatch.setattr("toolchain.detect.host.machine_arch", lambda: build_arch)
+    monkeypatch.setattr("toolchain.detect.host.usable_cpus", lambda: (2, None))
     for name, version in {**compilers, "ccache": "ccache version 4.7.5\n"}.items():
         fake_programs.add(name, version)
     for python in ("python3.11", "python3.12"):

@@ -86,7 +86,7 @@ def _broken_copy(tmp_path: Path, old: str, new: str) -> Path:
         (
             'versions = ">=0.32,<0.33"',
             'versions = ">=0.33"',
-            "fallback.patch applies to vLLM >=0.33, not 0.32.0",
+            "arm-cross.patch applies to vLLM >=0.33, not 0.32.0",
         ),
         ('file = "patches/', 'file = "missing/', "patches[0]: key 'file'"),
         ('target = "avx2"', 'target = "avx3"', "onednn_prune[0]: key 'target'"),
