@@ -16,8 +16,9 @@ import shutil
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from toolchain.errors import BuildError
+from toolchain.errors import BuildError, DataFileError
 from toolchain.util.datafile import load_json
 from toolchain.util.files import atomic_path
 
@@ -50,14 +51,24 @@ class TorchView:
     cuda: str | None  # torch.version.cuda: the wheel was a CUDA build
 
 
+def _done(marker: Path) -> dict[str, Any]:
+    """What a finished view recorded; empty when there is none or it is not one we wrote (an
+    older or killed run's): the view is then made anew, never trusted."""
+    try:
+        done = load_json(marker)
+    except DataFileError:
+        return {}
+    keys = {"wheel", "version", "cuda"}
+    return done if isinstance(done, dict) and keys <= done.keys() else {}
+
+
 def make_torch_view(wheel: Path, view: Path) -> TorchView:
     """Unpack the view of `wheel` into `view` (reused when done)."""
     torch_dir = view / "torch"
     marker = view / MARKER
-    if marker.is_file():
-        done = load_json(marker)
-        if done.get("wheel") == wheel.name:
-            return TorchView(torch_dir=torch_dir, version=done["version"], cuda=done["cuda"])
+    done = _done(marker)
+    if done.get("wheel") == wheel.name:
+        return TorchView(torch_dir=torch_dir, version=done["version"], cuda=done["cuda"])
     shutil.rmtree(view, ignore_errors=True)
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()

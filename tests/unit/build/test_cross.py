@@ -149,6 +149,15 @@ def test_the_view_of_a_cuda_wheel_has_no_cuda_target_library_or_switch(tmp_path:
     assert not (view.torch_dir / "_C.cpython-311-aarch64-linux-gnu.so").exists()
 
 
+def test_a_view_left_by_another_run_is_made_anew(tmp_path: Path) -> None:
+    wheel = torch_wheel(tmp_path)
+    view = tmp_path / "view"
+    view.mkdir()
+    (view / ".vcb-torch-view").write_text(wheel.name)  # a marker not written by this code
+    assert make_torch_view(wheel, view).version == "2.13.0+cu130"
+    assert make_torch_view(wheel, view).version == "2.13.0+cu130"  # now reused
+
+
 def test_the_view_answers_vllms_torch_questions_with_the_target(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
