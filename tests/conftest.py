@@ -11,8 +11,10 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -288,23 +290,26 @@ class IndexServer:
         return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in self.packages.iterdir()}
 
 
-@pytest.fixture
-def pypiserver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[IndexServer]:
-    """pypiserver with one user (PYPISERVER_USER), uploads allowed, no fallback to PyPI."""
+@contextmanager
+def running_pypiserver(
+    folder: Path, user: str, password: str, *, authenticate: str = "update"
+) -> Iterator[tuple[str, Path]]:
+    """A real pypiserver on a loopback port that wants `user`'s password for `authenticate`
+    (pypiserver's -a actions), no fallback to PyPI: its URL and its packages folder."""
     from passlib.apache import HtpasswdFile
 
-    password = secrets.token_urlsafe(16)
-    htpasswd = HtpasswdFile(str(tmp_path / "htpasswd"), new=True)
-    htpasswd.set_password(PYPISERVER_USER, password)
+    htpasswd = HtpasswdFile(str(folder / "htpasswd"), new=True)
+    htpasswd.set_password(user, password)
     htpasswd.save()
-    packages = tmp_path / "packages"
+    packages = folder / "packages"
     packages.mkdir()
     port = free_port()
+    log = folder / "pypiserver.log"
     server = subprocess.Popen(
         [sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port),
-         "-P", tmp_path / "htpasswd", "-a", "update", "--disable-fallback", packages],
+         "-P", folder / "htpasswd", "-a", authenticate, "--disable-fallback", packages],
         stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "pypiserver.log").open("w"),
+        stderr=log.open("w"),
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + 30
@@ -312,13 +317,29 @@ def pypiserver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Inde
         try:
             urllib.request.urlopen(url + "health", timeout=2).close()
             break
+        except urllib.error.HTTPError:
+            break  # it answers, if only to ask for credentials
         except OSError:
-            assert time.monotonic() < deadline, (tmp_path / "pypiserver.log").read_text()
+            assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
-    monkeypatch.setenv("TWINE_USERNAME", PYPISERVER_USER)
-    monkeypatch.setenv("TWINE_PASSWORD", password)
     try:
-        yield IndexServer(url=url, packages=packages, user=PYPISERVER_USER, password=password)
+        yield url, packages
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+@pytest.fixture
+def start_pypiserver() -> Callable[..., AbstractContextManager[tuple[str, Path]]]:
+    """running_pypiserver, for a test module's own server with other actions or users."""
+    return running_pypiserver
+
+
+@pytest.fixture
+def pypiserver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[IndexServer]:
+    """pypiserver with one user (PYPISERVER_USER), uploads allowed, no fallback to PyPI."""
+    password = secrets.token_urlsafe(16)
+    with running_pypiserver(tmp_path, PYPISERVER_USER, password) as (url, packages):
+        monkeypatch.setenv("TWINE_USERNAME", PYPISERVER_USER)
+        monkeypatch.setenv("TWINE_PASSWORD", password)
+        yield IndexServer(url=url, packages=packages, user=PYPISERVER_USER, password=password)

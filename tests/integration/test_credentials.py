@@ -22,6 +22,7 @@ import urllib.parse
 import urllib.request
 import venv
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -33,7 +34,6 @@ from toolchain.cli import main
 from toolchain.errors import PublishError
 from toolchain.publish.index import publish_index
 from toolchain.publish.upload import upload
-from toolchain.verify.server import free_port
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -263,44 +263,20 @@ class PrivateServer:
 
 
 @pytest.fixture
-def private_pypiserver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PrivateServer]:
+def private_pypiserver(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    start_pypiserver: Callable[..., AbstractContextManager[tuple[str, Path]]],
+) -> Iterator[PrivateServer]:
     """pypiserver that wants credentials for listing, downloading and uploading."""
-    from passlib.apache import HtpasswdFile
-
     password = secrets.token_urlsafe(16) + "@:/"  # characters that need percent-encoding
-    htpasswd = HtpasswdFile(str(tmp_path / "htpasswd"), new=True)
-    htpasswd.set_password(USER, password)
-    htpasswd.save()
-    packages = tmp_path / "packages"
-    packages.mkdir()
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(port),
-         "-P", tmp_path / "htpasswd", "-a", "update,download,list", "--disable-fallback",
-         packages],
-        stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "pypiserver.log").open("w"),
-    )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).close()
-            break
-        except urllib.error.HTTPError:
-            break  # it answers
-        except OSError:
-            assert time.monotonic() < deadline, (tmp_path / "pypiserver.log").read_text()
-            time.sleep(0.2)
     for name in ("TWINE_USERNAME", "TWINE_PASSWORD"):
         monkeypatch.delenv(name, raising=False)
-    quoted = urllib.parse.quote(password, safe="")
-    try:
-        yield PrivateServer(
-            url=f"http://{USER}:{quoted}@127.0.0.1:{port}/", packages=packages, password=password
-        )
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    running = start_pypiserver(tmp_path, USER, password, authenticate="update,download,list")
+    with running as (url, packages):
+        quoted = urllib.parse.quote(password, safe="")
+        with_user = url.replace("http://", f"http://{USER}:{quoted}@", 1)
+        yield PrivateServer(url=with_user, packages=packages, password=password)
 
 
 def test_credentials_in_the_url_upload_list_and_install(
