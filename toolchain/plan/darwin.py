@@ -22,7 +22,12 @@ from toolchain.plan.buildplan import (
     TorchPin,
 )
 from toolchain.plan.jobs import JobSizing, size_jobs
-from toolchain.plan.planner import NINJA_STATUS, _source
+from toolchain.plan.planner import (
+    NINJA_STATUS,
+    _patch_steps,
+    _source,
+    _venv_steps,
+)
 from toolchain.plan.recipes import DarwinRecipe, IsaModel, IsaTarget, Patch, Recipe
 from toolchain.plan.target import runs_on
 from toolchain.settings import PYPI_SIMPLE, BuildOptions
@@ -272,33 +277,22 @@ def _steps(
     patches: tuple[Patch, ...],
 ) -> tuple[Step, ...]:
     """What would run on the Mac; the toolkit runs none of it yet (not built on a Mac)."""
-    fetch = (
-        f"use the source tree {options.source_dir}"
-        if options.source_dir
-        else f"download {recipe.sdist}, check sha256 {recipe.sha256[:12]}…"
-    )
     march = f", -march={macos.march}" if macos.march else ""
-    names = ", ".join(p.file.name for p in patches)
-    patching = f"patch -p1 the unpacked source with {names}"
     return (
-        Step(name="fetch-source", summary=fetch),
-        *(
-            [Step(name="apply-patches", summary=patching)]
-            if patches and not options.source_dir
-            else []
+        Step(
+            name="fetch-source",
+            summary=f"use the source tree {options.source_dir}"
+            if options.source_dir
+            else f"download {recipe.sdist}, check sha256 {recipe.sha256[:12]}…",
         ),
+        *_patch_steps(patches, options),
         Step(
             name="check-toolchain",
             summary=f"{APPLE_CXX} is Apple clang >= {macos.clang_min} (Xcode Command Line "
             f"Tools), cmake >= {recipe.cmake_min}, ninja; no numa.h: vLLM builds without "
             "NUMA on macOS",
         ),
-        Step(name="create-venv", summary=f"a fresh venv at {paths.venv}"),
-        Step(
-            name="install-build-requirements",
-            summary=f"{torch.requirement} from {torch.index_url}, then "
-            + " ".join(recipe.build_requires),
-        ),
+        *_venv_steps(recipe, torch, paths),
         Step(
             name="compile",
             summary=f"pip wheel --no-build-isolation with MAX_JOBS={jobs.max_jobs}{march}, "

@@ -566,12 +566,7 @@ def _steps(
             f", cmake >= {recipe.cmake_min}, ninja, numa.h"
             + (f" in {cross.sysroot}" if cross else ""),
         ),
-        Step(name="create-venv", summary=f"a fresh venv at {paths.venv}"),
-        Step(
-            name="install-build-requirements",
-            summary=f"{torch.requirement} from {torch.index_url}, then "
-            + " ".join(recipe.build_requires),
-        ),
+        *_venv_steps(recipe, torch, paths),
         *(
             [
                 Step(
@@ -603,6 +598,17 @@ def _steps(
         ),
         Step(name="deliver", summary=f"move the wheel and its manifest into {paths.wheel_dir}"),
     )
+
+
+def _venv_steps(recipe: Recipe, torch: TorchPin, paths: Paths) -> list[Step]:
+    return [
+        Step(name="create-venv", summary=f"a fresh venv at {paths.venv}"),
+        Step(
+            name="install-build-requirements",
+            summary=f"{torch.requirement} from {torch.index_url}, then "
+            + " ".join(recipe.build_requires),
+        ),
+    ]
 
 
 def _target_torch_step(cross: CrossPlan) -> Step:
