@@ -125,6 +125,7 @@ class Verification:
 
 def verify(options: VerifyOptions) -> Verification:
     host = detect_host()
+    decision = None
     if options.wheel is not None and options.python is None:
         decision = decide(options.wheel.name, host.arch, missing_tools=missing_tools)
         if decision.mode == REFUSED:
@@ -132,14 +133,15 @@ def verify(options: VerifyOptions) -> Verification:
                 f"cannot verify {options.wheel.name} here: {decision.reason}",
                 hint="verify it on a machine of its architecture",
             )
-        if decision.mode == EMULATED:
+    state = Verification(options=options, host=host)
+    state.logs.mkdir(parents=True, exist_ok=True)
+    # one verify per work folder, emulated or not: another would delete the venv and logs this
+    # one is using
+    with file_lock(state.logs / LOCK_NAME, what="verify", wait=False):
+        if decision is not None and decision.mode == EMULATED:
             from toolchain.verify.emulated import verify_emulated  # only when emulating
 
             return verify_emulated(options, decision, host)
-    state = Verification(options=options, host=host)
-    state.logs.mkdir(parents=True, exist_ok=True)
-    # one verify per work folder: another would delete the venv and logs this one is using
-    with file_lock(state.logs / LOCK_NAME, what="verify", wait=False):
         prepare_env(state)
         run_checks(state)
     return state

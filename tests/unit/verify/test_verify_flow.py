@@ -218,3 +218,28 @@ def test_a_marginal_default_fails_up_front_and_the_engines_run_with_the_recommen
     assert "the engine started with --gpu-memory-utilization 0.82" in out
     assert "PASS  generate" in out and "PASS  spawn" in out and "PASS  serve" in out
     assert len(served) == 1
+
+
+def test_an_emulated_verify_holds_the_work_folder_lock_too(
+    tmp_path: Path, fake_programs, zen4, make_wheel, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from toolchain.emulate.decide import EMULATED, Decision
+    from toolchain.util.files import file_lock
+    from toolchain.verify.flow import LOCK_NAME
+
+    def not_while_locked(*args: object) -> None:
+        raise AssertionError("emulated verify started while another verify held the folder")
+
+    monkeypatch.setattr(
+        "toolchain.verify.flow.decide",
+        lambda *a, **k: Decision(mode=EMULATED, wheel_arch="aarch64", reason="emulated"),
+    )
+    monkeypatch.setattr("toolchain.verify.emulated.verify_emulated", not_while_locked)
+    wheel = make_wheel(
+        tmp_path, "vllm", "0.32.0+cpu.bf16i8mm", tag="cp311-cp311-manylinux_2_34_aarch64"
+    )
+    work = tmp_path / "work"
+    with file_lock(work / "verify" / LOCK_NAME, what="verify", wait=False):
+        code = main(["verify", str(wheel), "--work-dir", str(work)])
+    assert code == 13, capsys.readouterr()
+    assert "another verify is running" in capsys.readouterr().err
