@@ -170,7 +170,7 @@ def test_pip_fetching_the_sdist_has_no_credential_on_its_command_line(
     child_env["VCB_INDEX_URL"] = f"http://builder:{secret}@{stalling_index.url}/simple/"
     argv = ["fetch-sources", "--to", str(tmp_path / "mirror"), "--recipes", str(recipes)]
     seen, out = _scan_while_held(
-        argv, b"toolchain.build.pip_sdist", secret, stalling_index, child_env
+        argv, b"toolchain.compile.pip_sdist", secret, stalling_index, child_env
     )
     assert seen >= 5, out
     assert stalling_index.held[0].startswith("pip/") and secret not in out

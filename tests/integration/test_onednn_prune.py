@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.build.onednn_prune import measure
+from toolchain.compile.onednn_prune import measure
 from toolchain.plan.planner import PRUNE_CMAKE
 
 pytestmark = [

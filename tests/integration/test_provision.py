@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.build.provision import dist_toolchain, provision_gxx
-from toolchain.build.shared_cache import dist_config
+from toolchain.compile.provision import dist_toolchain, provision_gxx
+from toolchain.compile.shared_cache import dist_config
 from toolchain.detect.tools import program_sha256
 from toolchain.plan.compiler import gxx_recipe, prefix_for, provisioned_gxx
 from toolchain.util.platform import machine_arch

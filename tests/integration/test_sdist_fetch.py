@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.build import sources
-from toolchain.build.sources import fetch_new_sdist, fetch_sdist
+from toolchain.compile import sources
+from toolchain.compile.sources import fetch_new_sdist, fetch_sdist
 from toolchain.errors import SourceError
 
 pytestmark = pytest.mark.integration

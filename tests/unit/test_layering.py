@@ -13,7 +13,7 @@ ALLOWED = {
     "util": {"top:errors"},
     "detect": {"util"} | EVERY_TOP,
     "plan": {"detect", "util"} | EVERY_TOP,
-    "build": {"plan", "detect", "util", "top:__init__"} | EVERY_TOP,
+    "compile": {"plan", "detect", "util", "top:__init__"} | EVERY_TOP,
     "emulate": {"util"} | EVERY_TOP,
     "verify": {"detect", "emulate", "util"} | EVERY_TOP,
     "publish": {"plan", "util"} | EVERY_TOP,
@@ -35,7 +35,7 @@ def imported_areas(source: str) -> set[str]:
 
 
 def test_the_checker_sees_a_forbidden_import() -> None:
-    assert imported_areas("from toolchain.build.steps import STEPS") == {"build"}
+    assert imported_areas("from toolchain.compile.steps import STEPS") == {"compile"}
     assert imported_areas("from toolchain.settings import X") == {"top:settings"}
 
 

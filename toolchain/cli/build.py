@@ -6,11 +6,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from toolchain.build.cross import provision_cross
-from toolchain.build.provision import provision_gxx
-from toolchain.build.runner import BuildRun
-from toolchain.build.sources import fill_mirror
-from toolchain.build.steps import build_wheel
 from toolchain.cli.common import (
     add_host_options,
     add_mac_options,
@@ -20,6 +15,11 @@ from toolchain.cli.common import (
     recipes_from,
     settings_values,
 )
+from toolchain.compile.cross import provision_cross
+from toolchain.compile.provision import provision_gxx
+from toolchain.compile.runner import BuildRun
+from toolchain.compile.sources import fill_mirror
+from toolchain.compile.steps import build_wheel
 from toolchain.detect.host import detect_host
 from toolchain.detect.tools import tool_version
 from toolchain.errors import UsageError

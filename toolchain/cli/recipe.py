@@ -8,8 +8,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from toolchain.build.sources import fetch_new_sdist
 from toolchain.cli.common import existing_file, settings_values
+from toolchain.compile.sources import fetch_new_sdist
 from toolchain.errors import UsageError
 from toolchain.plan.recipes import default_recipes_dir
 from toolchain.recipegen.new_recipe import Generated, generate, refuse_existing, write_recipe

@@ -420,7 +420,7 @@ def _onednn_prune(
     except UnicodeDecodeError as exc:
         raise DataFileError(
             f"{where}: key 'file': {file} is not UTF-8 text (byte {exc.start})",
-            hint="make it anew with `python -m toolchain.build.onednn_prune BUILD_TEMP LIBRARY`"
+            hint="make it anew with `python -m toolchain.compile.onednn_prune BUILD_TEMP LIBRARY`"
             " (recipes/README.md)",
         ) from exc
     units = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]

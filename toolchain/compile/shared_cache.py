@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from toolchain.build.compilation import process_table, running
-from toolchain.build.provision import dist_toolchain
-from toolchain.build.runner import BuildRun
+from toolchain.compile.compilation import process_table, running
+from toolchain.compile.provision import dist_toolchain
+from toolchain.compile.runner import BuildRun
 from toolchain.errors import ProcessFailedError
 from toolchain.plan.buildplan import BuildPlan
 from toolchain.util import run

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.build import compilation as compile_module
-from toolchain.build.compilation import MemoryGuard, Process, descendants
-from toolchain.build.sources import fetch_sdist
+from toolchain.compile import compilation as compile_module
+from toolchain.compile.compilation import MemoryGuard, Process, descendants
+from toolchain.compile.sources import fetch_sdist
 from toolchain.errors import SourceError
 from toolchain.util.files import atomic_path, remove_stale_parts, tar_sha256, unpack_tar
 from toolchain.util.units import GIB
@@ -254,7 +254,7 @@ def test_a_killed_build_leaves_no_compiler_running(tmp_path: Path) -> None:
     marker = "61.25"  # a sleep nobody else runs
     script = (
         "import os; from pathlib import Path; "
-        "from toolchain.build.compilation import MemoryGuard, compile_logged; "
+        "from toolchain.compile.compilation import MemoryGuard, compile_logged; "
         f"compile_logged(['sh', '-c', 'echo \"[1/2] one\"; sleep {marker}'], env=os.environ, "
         f"cwd=Path('{tmp_path}'), log=Path('{tmp_path}/build.log'), "
         "guard=MemoryGuard(margin_bytes=0, resume_bytes=0), interval=0.2)"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.build.ninja_trace import read_ninja_log, write_trace
+from toolchain.compile.ninja_trace import read_ninja_log, write_trace
 from toolchain.errors import DataFileError
 
 LOG = Path(__file__).resolve().parents[2] / "fixtures" / "ninja" / "two-runs.ninja_log"

@@ -6,7 +6,7 @@ asks pip's finder for the file and pip's session for its bytes instead, so every
 apply applies: the index and extra indexes from pip.conf or PIP_* variables, keyring and .netrc
 credentials, proxies, a custom CA (`cert`), client certificates and trusted hosts.
 
-    [PIP_INDEX_URL=URL] python -m toolchain.build.pip_sdist PROJECT FILENAME DEST
+    [PIP_INDEX_URL=URL] python -m toolchain.compile.pip_sdist PROJECT FILENAME DEST
 
 takes the index from PIP_INDEX_URL as pip does (never from the command line, where every user of
 the machine could read its credentials in /proc/PID/cmdline), and prints

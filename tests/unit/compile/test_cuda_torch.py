@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toolchain.build.steps import cuda_toolkit
+from toolchain.compile.steps import cuda_toolkit
 
 
 def _nvcc(folder: Path) -> Path:

@@ -19,20 +19,20 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from toolchain import __version__
-from toolchain.build.compilation import EtaBasis, MemoryGuard, compile_logged
-from toolchain.build.cross import provision_cross, target_torch
-from toolchain.build.debuginfo import split_debug_info
-from toolchain.build.ninja_trace import write_trace
-from toolchain.build.progress import (
+from toolchain.compile.compilation import EtaBasis, MemoryGuard, compile_logged
+from toolchain.compile.cross import provision_cross, target_torch
+from toolchain.compile.debuginfo import split_debug_info
+from toolchain.compile.ninja_trace import write_trace
+from toolchain.compile.progress import (
     cache_hit_rate,
     github_group,
     learned_cpu_per_unit,
     step_summary,
 )
-from toolchain.build.provision import provision_gxx
-from toolchain.build.runner import BuildRun, StepFunction, run_steps
-from toolchain.build.shared_cache import count, sccache, start_cache, stop, without_cache
-from toolchain.build.sources import fetch_sdist
+from toolchain.compile.provision import provision_gxx
+from toolchain.compile.runner import BuildRun, StepFunction, run_steps
+from toolchain.compile.shared_cache import count, sccache, start_cache, stop, without_cache
+from toolchain.compile.sources import fetch_sdist
 from toolchain.detect.tools import numa_header, program_sha256, tool_version
 from toolchain.errors import (
     BuildError,
@@ -415,7 +415,7 @@ def _repair(build: BuildRun) -> None:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
             str(p) for p in (plan.cross.sysroot / "usr" / "lib" / plan.cross.triplet, view_lib)
         )
-        auditwheel = [sys.executable, "-m", "toolchain.build.auditwheel_cross",
+        auditwheel = [sys.executable, "-m", "toolchain.compile.auditwheel_cross",
                       plan.cross.host_machine]  # fmt: skip
     run.run_logged(
         [*auditwheel, "repair", "-w", out, *excludes, built],

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from toolchain.build.pip_sdist import PIP_CHANGED
+from toolchain.compile.pip_sdist import PIP_CHANGED
 from toolchain.errors import ProcessFailedError, SourceError, UsageError
 from toolchain.plan.recipes import Recipe, ThirdParty
 from toolchain.settings import PYPI_SIMPLE
@@ -144,7 +144,7 @@ def _pip_download(
 ) -> tuple[str, str | None] | None:
     """(URL, sha256 the index states) of `filename` fetched into `dest` by pip's own network layer
     and configuration; None when this Python's pip cannot (then urllib fetches it)."""
-    argv: list[str | Path] = [sys.executable, "-m", "toolchain.build.pip_sdist", project]
+    argv: list[str | Path] = [sys.executable, "-m", "toolchain.compile.pip_sdist", project]
     argv += [filename, dest]
     # the index through the environment: a command line is readable by every user (/proc)
     env = {**os.environ, **({"PIP_INDEX_URL": index_url} if index_url != PYPI_SIMPLE else {})}

@@ -1,4 +1,4 @@
-"""auditwheel for a wheel of another machine: `python -m toolchain.build.auditwheel_cross MACHINE`.
+"""auditwheel for another machine's wheel: `python -m toolchain.compile.auditwheel_cross MACHINE`.
 
 auditwheel 6.8 takes the machine whose manylinux policies apply from platform.machine()
 (Architecture.detect) and refuses to repair a wheel of another one. Everything else it does

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolchain.build.progress import (
+from toolchain.compile.progress import (
     QUIET_INTERVAL,
     Phases,
     counter,
@@ -27,7 +27,7 @@ from toolchain.build.progress import (
     in_github_actions,
     phase_of,
 )
-from toolchain.build.unit_memory import UnitMemory
+from toolchain.compile.unit_memory import UnitMemory
 from toolchain.detect.memory import read_memory
 from toolchain.errors import ProcessFailedError
 from toolchain.util.report import reporter

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.build import steps as steps_module
-from toolchain.build.runner import BuildRun, check_registry
-from toolchain.build.steps import STEPS, build_wheel, create_venv
+from toolchain.compile import steps as steps_module
+from toolchain.compile.runner import BuildRun, check_registry
+from toolchain.compile.steps import STEPS, build_wheel, create_venv
 from toolchain.detect.host import Host, detect_host
 from toolchain.errors import BuildError, BusyError, SourceError, UsageError
 from toolchain.plan.buildplan import BuildPlan, Step

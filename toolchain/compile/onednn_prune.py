@@ -7,7 +7,7 @@ lists), so a lean build compiles many units its library never uses. Relinking th
 library with a link map names the members taken; the others are left out of the next build by
 `toolchain/data/prune-onednn.cmake`, and the library links from the same members as before.
 
-    python -m toolchain.build.onednn_prune BUILD_TEMP LIBRARY [ARCHIVE]
+    python -m toolchain.compile.onednn_prune BUILD_TEMP LIBRARY [ARCHIVE]
 
 BUILD_TEMP is the build folder that holds `build.ninja` (`src/build/temp.*` of a build-wheel work
 folder), LIBRARY the ninja output to relink (`_C_AVX2.abi3.so`), ARCHIVE the static library

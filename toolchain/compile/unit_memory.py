@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from toolchain.util.units import MIB
 
 if TYPE_CHECKING:
-    from toolchain.build.compilation import Process
+    from toolchain.compile.compilation import Process
 
 # the processes that hold a unit's memory: the compiler proper and the linker
 MEASURED = frozenset({"cc1plus", "cc1", "lto1", "ld", "collect2"})

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.build import compilation
-from toolchain.build.compilation import EtaBasis, MemoryGuard, compile_logged
-from toolchain.build.progress import (
+from toolchain.compile import compilation
+from toolchain.compile.compilation import EtaBasis, MemoryGuard, compile_logged
+from toolchain.compile.progress import (
     Phases,
     cache_hit_rate,
     counter,

@@ -5,7 +5,7 @@ toolchain/data/cross.toml pins when it is missing. The target's libraries are th
 packages for the host machine, downloaded with a private apt state (or taken from the folder a
 previous run left, offline), checked against the sha256 the data file records and unpacked into a
 private sysroot. The target's torch is a wheel for the host machine's platform, seen through a
-CUDA-free view (toolchain/build/torch_view.py).
+CUDA-free view (toolchain/compile/torch_view.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from toolchain.build.provision import apt_options
-from toolchain.build.torch_view import make_torch_view
+from toolchain.compile.provision import apt_options
+from toolchain.compile.torch_view import make_torch_view
 from toolchain.detect.tools import tool_version
 from toolchain.errors import BuildError, ProcessFailedError, ProvisionError
 from toolchain.plan.cross import (

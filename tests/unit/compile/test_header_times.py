@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.build.steps import same_mtime
+from toolchain.compile.steps import same_mtime
 
 TWIN = "#pragma once\nint twin_declared_here;\n"
 

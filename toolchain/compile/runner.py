@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from toolchain.build.compilation import CompileStats
+from toolchain.compile.compilation import CompileStats
 from toolchain.detect.host import Host
 from toolchain.errors import BuildError
 from toolchain.plan.buildplan import BuildPlan

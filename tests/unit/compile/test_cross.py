@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.build import auditwheel_cross
-from toolchain.build.cross import _sysroot_debs, _unpack_sysroot
-from toolchain.build.torch_view import cpu_only_cmake, make_torch_view
+from toolchain.compile import auditwheel_cross
+from toolchain.compile.cross import _sysroot_debs, _unpack_sysroot
+from toolchain.compile.torch_view import cpu_only_cmake, make_torch_view
 from toolchain.errors import ProvisionError
 from toolchain.plan.cross import (
     SysrootPackage,

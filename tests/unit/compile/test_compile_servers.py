@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from toolchain.build.compilation import descendants, process_table, running
-from toolchain.build.shared_cache import server_cpu_seconds
+from toolchain.compile.compilation import descendants, process_table, running
+from toolchain.compile.shared_cache import server_cpu_seconds
 
 
 def _process(proc: Path, pid: int, parent: int, name: str, exe: Path, ticks: int = 0) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.build.compilation import Process, process_table
-from toolchain.build.unit_memory import UnitMemory, output_of, unit_name
+from toolchain.compile.compilation import Process, process_table
+from toolchain.compile.unit_memory import UnitMemory, output_of, unit_name
 from toolchain.util.units import MIB
 
 ONEDNN_OBJ = "/b/.deps/onednn-build/src/cpu/CMakeFiles/dnnl_cpu.dir/rnn/ref_rnn.cpp.o"
