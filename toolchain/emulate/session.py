@@ -5,7 +5,8 @@ Each wrapper enters a private mount namespace (`unshare --mount`: the host's /pr
 mounts a new /proc with the written cpuinfo over /proc/cpuinfo (torch's CPU-info init segfaults on
 an x86 cpuinfo), binds /dev, /sys and the folders the checks pass paths in, turns core dumps off (a
 SIGILL would dump one) and runs the venv's program with QEMU_CPU set: binfmt's F flag starts qemu,
-which reads QEMU_CPU, in every process, vLLM's workers included.
+which reads QEMU_CPU, in every process, vLLM's workers included. Stand-in libraries are preloaded
+by `env` inside the root: the host's unshare would try to preload the root's path itself.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ mount --rbind /sys "$root/sys"
 ulimit -c 0
 unset LD_PRELOAD LD_LIBRARY_PATH PYTHONHOME VIRTUAL_ENV
 export QEMU_CPU="$cpu" HOME=/root LANG=C.UTF-8 PATH="$(dirname "$1"):/usr/bin:/bin"
-if [ -n "$preload" ]; then export LD_PRELOAD="$preload"; fi
+if [ -n "$preload" ]; then set -- /usr/bin/env "LD_PRELOAD=$preload" "$@"; fi
 exec unshare --root "$root" --wd "$cwd" "$@"
 """
 

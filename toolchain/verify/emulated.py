@@ -42,6 +42,7 @@ SERVE_SKIPPED = (
 # generate under qemu: every process imports torch and vLLM emulated. Its engine gets serve's
 # 1 GiB KV cache: reserving most of the machine's memory under emulation proves no more about the
 # flag than the memory check's figures (the memory check says it was not proven by an engine).
+# It runs eager: torch.compile of even the tiny model under qemu takes most of the budget.
 ENGINE_TIMEOUT = 1800.0
 STAND_INS = Path("/opt/vcb-verify/stand-ins/libvcb-stand-ins.so")  # inside the root
 
@@ -91,6 +92,7 @@ def verify_emulated(options: VerifyOptions, decision: Decision, machine: Host) -
     state.root = plan.path
     state.engine_timeout = ENGINE_TIMEOUT
     state.engine_kv_cache_bytes = SERVE_KV_CACHE_BYTES
+    state.engine_eager = True
     checks_started = time.monotonic()
     state.symbols = check_symbols(missing, stand_ins=preload)
     run_checks(state, substitute_torch=torch.note if torch and torch.substitute else "")

@@ -43,6 +43,7 @@ class Engine:
     use_console_script: bool = True
     timeout: float = 900.0  # seconds for generate; longer under emulation
     kv_cache_bytes: int = 0  # generate with this KV cache instead of `utilization` (emulated)
+    eager: bool = False  # no torch.compile (emulated: compiling under qemu outlasts the budget)
 
 
 def run_generate(engine: Engine) -> CheckResult:
@@ -59,6 +60,7 @@ def run_generate(engine: Engine) -> CheckResult:
             if engine.kv_cache_bytes
             else ["--gpu-memory-utilization", str(engine.utilization)]
         ),
+        *(["--enforce-eager"] if engine.eager else []),
     ]
     with scratch(engine.env) as place:
         run.announce(argv)

@@ -87,6 +87,7 @@ class Verification:
     root: Path = Path("/")  # where the environment's paths are, seen from here (emulated root)
     engine_timeout: float = 900.0
     engine_kv_cache_bytes: int = 0  # emulated: a small fixed KV cache, the flag judged by figures
+    engine_eager: bool = False  # emulated: no torch.compile
 
     @property
     def logs(self) -> Path:
@@ -265,6 +266,7 @@ def run_engines(
         use_console_script=console_works,
         timeout=state.engine_timeout,
         kv_cache_bytes=state.engine_kv_cache_bytes,
+        eager=state.engine_eager,
     )
     attempts: list[dict[str, Any]] = []
     generated = state.record("generate", lambda: generate_with_retry(engine, attempts))

@@ -290,3 +290,41 @@ def test_kernel_libraries_are_found_in_the_root_and_named_as_inside_it(tmp_path:
     (here / "fs_io_C.abi3.so").write_bytes(b"\x7fELF")
     assert kernel_libraries(inside, tmp_path) == [inside / "_C.abi3.so"]
     assert kernel_libraries(inside) == []  # not on this machine's own /opt
+
+
+def _enter(tmp_path: Path, preload: str) -> tuple[str, str]:
+    """Runs enter.sh with stand-ins for mount and unshare (found first because the program is in
+    their folder, which enter.sh puts first on PATH): unshare's arguments and its LD_PRELOAD."""
+    import subprocess
+
+    fakes = tmp_path / "fakes"
+    fakes.mkdir(parents=True)
+    for name, body in (("mount", "true"), ("unshare", 'echo "$*"; echo "${LD_PRELOAD-unset}"')):
+        (fakes / name).write_text(f"#!/bin/sh\n{body}\n")
+        (fakes / name).chmod(0o755)
+    (tmp_path / "enter.sh").write_text(ENTER)
+    env = {"PATH": f"{fakes}:/usr/bin:/bin", "LD_PRELOAD": ""}
+    argv = ["sh", str(tmp_path / "enter.sh"), str(tmp_path / "root"), "cpuinfo", "max", preload,
+            "/work", "--", str(fakes / "python"), "-c", "pass"]  # fmt: skip
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+    args, host_preload = out.splitlines()
+    return args.replace(str(fakes), "/opt/venv/bin"), host_preload
+
+
+@pytest.mark.integration
+def test_stand_ins_are_preloaded_inside_the_root_not_into_the_hosts_unshare(
+    tmp_path: Path,
+) -> None:
+    args, host_preload = _enter(tmp_path, "/opt/vcb-verify/stand-ins/libvcb-stand-ins.so")
+    assert host_preload == "unset"  # the host's unshare would fail to open the root's path
+    assert args.endswith(
+        "/usr/bin/env LD_PRELOAD=/opt/vcb-verify/stand-ins/libvcb-stand-ins.so "
+        "/opt/venv/bin/python -c pass"
+    )
+    args, host_preload = _enter(tmp_path / "none", "")
+    assert host_preload == "unset" and args.endswith("--wd /work /opt/venv/bin/python -c pass")
+
+
+def test_the_root_has_a_compiler_for_torch_compile() -> None:
+    spec = root_spec("aarch64")
+    assert {"g++", "python3-dev"} <= set(spec.packages)  # inductor's C++ and Python.h

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from toolchain.verify.engine_checks import Engine, root_error, run_generate
+from toolchain.verify.engine_checks import SCRIPTS, Engine, root_error, run_generate
 from toolchain.verify.results import FAIL, PASS
 
 STARTED = {"vllm_version": "0.32.0+cpu", "load_seconds": 40.0, "start_method": "spawn"}
@@ -64,9 +64,19 @@ def test_an_emulated_generate_asks_for_a_fixed_kv_cache_not_the_memory_flag(
     python = fake_programs.add("python", out)
     engine = Engine(
         python=python, model=tmp_path / "m", utilization=0.5, env={}, logs=tmp_path,
-        kv_cache_bytes=1 << 30,
+        kv_cache_bytes=1 << 30, eager=True,
     )  # fmt: skip
     assert run_generate(engine).status == PASS
     argv = fake_programs.calls[0]
-    assert argv[-2:] == ["--kv-cache-memory-bytes", str(1 << 30)]
+    assert argv[-3:] == ["--kv-cache-memory-bytes", str(1 << 30), "--enforce-eager"]
     assert "--gpu-memory-utilization" not in argv
+
+
+def test_a_native_generate_compiles_and_the_script_knows_the_eager_flag(
+    tmp_path: Path, fake_programs
+) -> None:
+    python = fake_programs.add("python", f"RESULT {json.dumps({**STARTED, 'runs': RUNS})}\n")
+    assert run_generate(_engine(tmp_path, python)).status == PASS
+    assert "--enforce-eager" not in fake_programs.calls[0]
+    script = (SCRIPTS / "generate_check.py").read_text()
+    assert '"--enforce-eager"' in script and "enforce_eager=args.enforce_eager" in script

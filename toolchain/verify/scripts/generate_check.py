@@ -4,7 +4,7 @@ A `STARTED ` line comes first, once the engine is up (its memory reserved).
 
 Run with the Python of the environment under test, from a folder without a `vllm/` in it:
     python generate_check.py MODEL_DIR [--prompts N [N ...]] [--max-tokens N]
-        [--gpu-memory-utilization F]
+        [--gpu-memory-utilization F | --kv-cache-memory-bytes N] [--enforce-eager]
 The engine is created under `if __name__ == "__main__":` because vLLM's CPU workers use spawn.
 """
 
@@ -41,6 +41,7 @@ def main() -> int:
     parser.add_argument("--max-model-len", type=int, default=256)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.92)
     parser.add_argument("--kv-cache-memory-bytes", type=int, default=0, help="instead of the above")
+    parser.add_argument("--enforce-eager", action="store_true", help="no torch.compile")
     args = parser.parse_args()
 
     import vllm
@@ -52,11 +53,19 @@ def main() -> int:
         if args.kv_cache_memory_bytes
         else {"gpu_memory_utilization": args.gpu_memory_utilization}
     )
-    llm = LLM(model=args.model, max_model_len=args.max_model_len, dtype="float32", seed=0, **memory)
+    llm = LLM(
+        model=args.model,
+        max_model_len=args.max_model_len,
+        dtype="float32",
+        seed=0,
+        enforce_eager=args.enforce_eager,
+        **memory,
+    )
     report = {
         "vllm_version": vllm.__version__,
         "load_seconds": round(time.monotonic() - started, 1),
         "start_method": os.environ.get("VLLM_WORKER_MULTIPROC_METHOD"),
+        "enforce_eager": args.enforce_eager,
         "engine_processes": child_processes(),
     }
     # The engine is up (memory reserved, KV cache allocated) even if generating fails later.
