@@ -1,10 +1,11 @@
-"""The pip commands that install the right vLLM wheel for this machine from an internal index.
+"""The pip or uv commands that install the right vLLM wheel for a machine from an internal index.
 
 The internal package comes only from the internal index, with `--index-url` (an
 `--extra-index-url` would let a public package of the same name win: dependency confusion). Its
 public requirements are a separate pip run against the public index, with the PyTorch CPU index or
 local wheel folders for the `torch==X+cpu` pin. On an index with several `+cpu.TARGET` builds of
 one release, the exact version this CPU runs is pinned, since pip would take the highest label.
+Reading the index is install_index's, matching the host host_match's; this module formats.
 """
 
 from __future__ import annotations
@@ -12,59 +13,37 @@ from __future__ import annotations
 import platform
 import shlex
 import sys
-import tempfile
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import packaging
-from packaging.tags import Tag, parse_tag, sys_tags
 from packaging.utils import canonicalize_name
-from packaging.version import Version
 
-from toolchain.errors import DataFileError, PublishError
+from toolchain.errors import PublishError
 from toolchain.publish import wheel_variants
-from toolchain.publish.index import target_min_isa
+from toolchain.publish.host_match import choose, installable, supported_tags, uv_pick
+from toolchain.publish.install_index import (
+    NO_VARIANT_HINT,
+    Candidate,
+    candidate_requirements,
+    candidates,
+    runnable_indexes,
+    served_wheels,
+)
 from toolchain.publish.served import (
     Wheels,
     nothing_left,
     printable,
-    read_variants_json,
     tags_of,
     variant_label,
     version_of,
-    wheel_files,
 )
 from toolchain.runtime_deps import PipSources, RuntimePlan, plan_requirements
 from toolchain.settings import PYPI_SIMPLE
-from toolchain.util import run
 from toolchain.util.index_env import CREDENTIALS_NOTE, shown_command
-from toolchain.util.simple_api import IndexFile, project_files, read_url
-from toolchain.wheelfile import metadata_requirements, requires_dist
 
-NO_VARIANT_HINT = (
-    "publish a wheel this CPU runs: build one for a lower target (`build-wheel --target T`; "
-    "README: `plan`, Targets)"
-)
-# Run by the target Python with this toolkit's (pure-Python) packaging on its path: a venv made
-# for uv has no pip to ask.
-TAGS_OF = (
-    "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from packaging.tags import sys_tags; print(*sys_tags())"
-)
 NO_SOURCES = PipSources()  # pip's own configuration only
-
-
-@dataclass(frozen=True, kw_only=True)
-class Candidate:
-    filename: str
-    url: str
-    version: Version
-    variant: str
-    min_isa: tuple[str, ...]
-    metadata_url: str | None
-    simple_url: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,128 +69,6 @@ class InstallPlan:
         return "\n".join(printable(line) for line in lines)
 
 
-def fetch(url: str) -> bytes:
-    """The body at `url`; PublishError when the index cannot be read."""
-    try:
-        return read_url(url)[0]
-    except OSError as exc:
-        raise PublishError(
-            f"cannot read {printable(f'{url}: {exc}')}", hint="check --index"
-        ) from exc
-
-
-def runnable_indexes(
-    index: str, host_isa: Mapping[str, bool], project: str
-) -> list[tuple[str, tuple[str, ...] | None]]:
-    """(simple URL, features its wheels need) for each index that may hold a wheel for here.
-
-    A root published by `publish` lists its variants in variants.json; any other URL is one flat
-    simple index (pypiserver, devpi) on which variants differ only by their version label.
-    """
-    root = index.rstrip("/") + "/"
-    try:
-        body = fetch(urllib.parse.urljoin(root, "variants.json"))
-    except PublishError:
-        return [(root, None)]
-    variants = read_variants_json(body, root)
-    found: list[tuple[str, tuple[str, ...] | None]] = [
-        (variant.simple_url, variant.min_isa)
-        for variant in variants
-        if canonicalize_name(project) in variant.projects
-        and all(host_isa.get(feature) for feature in variant.min_isa)
-    ]
-    if not found:
-        raise PublishError(
-            f"{index} has no variant this CPU runs with {project}: "
-            f"{sorted(v.name for v in variants)}",
-            hint=NO_VARIANT_HINT,
-        )
-    return found
-
-
-def served_wheels(
-    page_url: str, project: str, *, labelled: bool = False, hint: str = "check --index"
-) -> Wheels:
-    """The wheels of `project` a project page lists by valid names (the rest skipped)."""
-    try:
-        files = project_files(page_url)
-    except OSError as exc:  # unreachable, or not a Simple API page
-        raise PublishError(
-            f"cannot read {printable(page_url)}: {printable(str(exc))}", hint=hint
-        ) from exc
-    return wheel_files(files, project, labelled=labelled, page_url=page_url)
-
-
-def candidates(
-    simple_url: str, project: str, min_isa: tuple[str, ...] | None = None, arch: str | None = None
-) -> tuple[list[Candidate], Wheels]:
-    """The wheels on one simple index as candidates, and what was read (skipped names too)."""
-    page_url = f"{simple_url.rstrip('/')}/{canonicalize_name(project)}/"
-    wheels = served_wheels(page_url, project)
-    found = []
-    for file in wheels.files:
-        version = version_of(file.filename)
-        local = (version.local or "").split(".")
-        variant = local[1] if local[0] == "cpu" and len(local) > 1 else "portable"
-        found.append(
-            Candidate(
-                filename=file.filename,
-                url=file.url,
-                version=version,
-                variant=variant,
-                min_isa=min_isa if min_isa is not None else target_min_isa(variant, arch) or (),
-                simple_url=simple_url,
-                metadata_url=file.url + ".metadata" if file.has_metadata else None,
-            )
-        )
-    return found, wheels
-
-
-def supported_tags(python: Path) -> frozenset[Tag]:
-    """The wheel tags `python` installs (asked of it, with this toolkit's packaging)."""
-    if Path(python) == Path(sys.executable):
-        return frozenset(sys_tags())
-    packaging_parent = Path(packaging.__file__).resolve().parent.parent
-    output = run.capture([python, "-c", TAGS_OF, packaging_parent], timeout=120)
-    return frozenset(t for line in output.stdout.split() for t in parse_tag(line))
-
-
-def choose(
-    found: Sequence[Candidate], host_isa: Mapping[str, bool], version: str | None
-) -> Candidate:
-    """The newest release; within it the most specific build this CPU runs."""
-    wanted = [
-        c
-        for c in found
-        if version is None or c.version.public == version or str(c.version) == version
-    ]
-    runnable = [c for c in wanted if all(host_isa.get(f) for f in c.min_isa)]
-    if not runnable:
-        raise PublishError(
-            f"no wheel on the index runs on this CPU (of {sorted(c.filename for c in wanted)})",
-            hint=NO_VARIANT_HINT,
-        )
-    return max(runnable, key=lambda c: (Version(c.version.public), len(c.min_isa), c.filename))
-
-
-def candidate_requirements(candidate: Candidate) -> list[str]:
-    """The wheel's Requires-Dist: from its core metadata file (PEP 658), else from the wheel."""
-    try:
-        if candidate.metadata_url is None:  # pypiserver serves no metadata files: read the wheel
-            with tempfile.TemporaryDirectory() as folder:
-                wheel = Path(folder) / candidate.filename  # a checked name: no '/' in it
-                wheel.write_bytes(fetch(candidate.url))
-                return requires_dist(wheel)
-        return metadata_requirements(fetch(candidate.metadata_url).decode())
-    except (DataFileError, UnicodeDecodeError) as exc:
-        why = exc.message if isinstance(exc, DataFileError) else f"not UTF-8 ({exc.reason})"
-        raise PublishError(
-            f"the index serves {candidate.filename} with core metadata that cannot be read: "
-            f"{printable(why)}",
-            hint="publish the wheel again (nox -s publish), or check the index server",
-        ) from exc
-
-
 def plan_install(
     index: str,
     host_isa: Mapping[str, bool],
@@ -233,16 +90,7 @@ def plan_install(
     skipped = Wheels(files=(), skipped=tuple(skipped_names))
     if not listed and skipped.skipped:
         raise nothing_left(project, index, skipped)
-    found = [c for c in listed if tags_of(c.filename) & tags]
-    if listed and not found:
-        takes = sorted({t.interpreter for t in tags if t.interpreter.startswith("cp")})
-        raise PublishError(
-            f"no wheel on the index installs into {python} ({', '.join(takes)}): the Python "
-            f"tags do not match, whatever the CPU: {sorted(c.filename for c in listed)}",
-            hint="build a wheel for that Python (`build-wheel --python X.Y`), or install into "
-            "a matching one (--python)",
-        )
-    chosen = choose(found, host_isa, version)
+    chosen = choose(installable(listed, tags, python), host_isa, version)
     deps = plan_requirements(candidate_requirements(chosen))
     pip = (str(python), "-m", "pip", "install")
     commands, notes = [], list(skipped.warnings())
@@ -291,7 +139,7 @@ def plan_uv_install(
             hint="publish wheels built for that Python with `publish --wheel-variants`",
         )
     level = wheel_variants.host_level(host_isa)
-    expected = _uv_pick([f for f in mine if tags_of(f.filename) & tags], level)
+    expected = uv_pick([f for f in mine if tags_of(f.filename) & tags], level)
     if expected is None:
         raise PublishError(
             f"{page}: no {project} {wanted[-1]} runs on this CPU (x86-64 level "
@@ -324,17 +172,3 @@ def plan_uv_install(
         f"uv picks by this CPU's x86-64 level ({level or 'below v3'}): expect {expected.filename}",
     ]
     return InstallPlan(chosen=chosen, deps=deps, commands=tuple(commands), notes=tuple(notes))
-
-
-def _uv_pick(files: Sequence[IndexFile], level: str | None) -> IndexFile | None:
-    """The file uv takes on a CPU of x86-64 `level`: the highest level variant it runs, else
-    the non-variant fallback; None when there is neither."""
-    order = list(wheel_variants.LEVELS)
-    top = order.index(level) if level else -1
-
-    def rank(file: IndexFile) -> int:
-        label = variant_label(file.filename)
-        found = wheel_variants.level_of_label(label)
-        return -1 if label is None else order.index(found) if found else len(order)
-
-    return max((f for f in files if rank(f) <= top), key=rank, default=None)

@@ -1,0 +1,81 @@
+"""Which of an index's wheels a host takes: its Python's wheel tags, its CPU's features."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import packaging
+from packaging.tags import Tag, parse_tag, sys_tags
+from packaging.version import Version
+
+from toolchain.errors import PublishError
+from toolchain.publish import wheel_variants
+from toolchain.publish.install_index import NO_VARIANT_HINT, Candidate
+from toolchain.publish.served import tags_of, variant_label
+from toolchain.util import run
+from toolchain.util.simple_api import IndexFile
+
+# Run by the target Python with this toolkit's (pure-Python) packaging on its path: a venv made
+# for uv has no pip to ask.
+TAGS_OF = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from packaging.tags import sys_tags; print(*sys_tags())"
+)
+
+
+def supported_tags(python: Path) -> frozenset[Tag]:
+    """The wheel tags `python` installs (asked of it, with this toolkit's packaging)."""
+    if Path(python) == Path(sys.executable):
+        return frozenset(sys_tags())
+    packaging_parent = Path(packaging.__file__).resolve().parent.parent
+    output = run.capture([python, "-c", TAGS_OF, packaging_parent], timeout=120)
+    return frozenset(t for line in output.stdout.split() for t in parse_tag(line))
+
+
+def installable(listed: Sequence[Candidate], tags: frozenset[Tag], python: Path) -> list[Candidate]:
+    """The candidates `python` can install by their tags; an error when some are listed but
+    none fits."""
+    found = [c for c in listed if tags_of(c.filename) & tags]
+    if listed and not found:
+        takes = sorted({t.interpreter for t in tags if t.interpreter.startswith("cp")})
+        raise PublishError(
+            f"no wheel on the index installs into {python} ({', '.join(takes)}): the Python "
+            f"tags do not match, whatever the CPU: {sorted(c.filename for c in listed)}",
+            hint="build a wheel for that Python (`build-wheel --python X.Y`), or install into "
+            "a matching one (--python)",
+        )
+    return found
+
+
+def choose(
+    found: Sequence[Candidate], host_isa: Mapping[str, bool], version: str | None
+) -> Candidate:
+    """The newest release; within it the most specific build this CPU runs."""
+    wanted = [
+        c
+        for c in found
+        if version is None or c.version.public == version or str(c.version) == version
+    ]
+    runnable = [c for c in wanted if all(host_isa.get(f) for f in c.min_isa)]
+    if not runnable:
+        raise PublishError(
+            f"no wheel on the index runs on this CPU (of {sorted(c.filename for c in wanted)})",
+            hint=NO_VARIANT_HINT,
+        )
+    return max(runnable, key=lambda c: (Version(c.version.public), len(c.min_isa), c.filename))
+
+
+def uv_pick(files: Sequence[IndexFile], level: str | None) -> IndexFile | None:
+    """The file uv takes on a CPU of x86-64 `level`: the highest level variant it runs, else
+    the non-variant fallback; None when there is neither."""
+    order = list(wheel_variants.LEVELS)
+    top = order.index(level) if level else -1
+
+    def rank(file: IndexFile) -> int:
+        label = variant_label(file.filename)
+        found = wheel_variants.level_of_label(label)
+        return -1 if label is None else order.index(found) if found else len(order)
+
+    return max((f for f in files if rank(f) <= top), key=rank, default=None)
