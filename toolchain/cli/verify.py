@@ -17,9 +17,10 @@ from toolchain.settings import add_setting_flags, pip_sources, settings_named, w
 from toolchain.util.files import atomic_path
 from toolchain.util.units import gib
 from toolchain.util.urls import checked_url, redact, redact_json
-from toolchain.verify.flow import CHECK_NAMES, VerifyOptions, verify
+from toolchain.verify.flow import VerifyOptions, verify
 from toolchain.verify.kernels import describe, load_kernels, package_dir
 from toolchain.verify.memflag import DEFAULT_UTILIZATION, describe_node, node_memory, reservation
+from toolchain.verify.registry import CHECK_NAMES
 from toolchain.verify.results import FAIL, render, worst
 from toolchain.verify.shadowing import check_shadowing
 from toolchain.verify.spawn_lint import lint_scripts

@@ -3,7 +3,7 @@
 The order protects the machine and the user's time: the wheel's needs are read from the wheel
 file and weighed against the emulated CPU before anything is installed, so a wheel the CPU cannot
 run is refused with the reason instead of dying by SIGILL; missing symbols are named before any
-load; the OpenAI server is not started (see SERVE_SKIPPED).
+load; the OpenAI server is not started (see checks/serve.py's EMULATED).
 """
 
 from __future__ import annotations
@@ -31,14 +31,11 @@ from toolchain.emulate.standins import build_stand_ins
 from toolchain.errors import ToolMissingError
 from toolchain.util.report import reporter
 from toolchain.verify.engine_checks import SCRIPTS, SERVE_KV_CACHE_BYTES
-from toolchain.verify.flow import CHECK_NAMES, Verification, VerifyOptions, run_checks
+from toolchain.verify.flow import Verification, VerifyOptions, run_checks
+from toolchain.verify.registry import CHECK_NAMES
 from toolchain.verify.results import FAIL, CheckResult
 from toolchain.verify.symbols import MissingSymbols, check_symbols, kernel_symbols
 
-SERVE_SKIPPED = (
-    "not run under emulation: a second engine plus the server's start-up under qemu does not "
-    "fit verify's 30-minute budget on the emulating machine; verify on an Arm machine for it"
-)
 # generate under qemu: every process imports torch and vLLM emulated. Its engine gets serve's
 # 1 GiB KV cache: reserving most of the machine's memory under emulation proves no more about the
 # flag than the memory check's figures (the memory check says it was not proven by an engine).
@@ -88,7 +85,6 @@ def verify_emulated(options: VerifyOptions, decision: Decision, machine: Host) -
     ).write()
     state.emulation["torch"] = torch.note if torch else "none required"
     state.emulation["stand_ins"] = sorted(s for m in missing for s in m.symbols) if preload else []
-    state.skipped["serve"] = SERVE_SKIPPED
     state.root = plan.path
     state.engine_timeout = ENGINE_TIMEOUT
     state.engine_kv_cache_bytes = SERVE_KV_CACHE_BYTES

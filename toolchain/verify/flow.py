@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,43 +14,20 @@ from toolchain.detect.host import Host, detect_host
 from toolchain.emulate.decide import EMULATED, REFUSED, decide
 from toolchain.emulate.needs import WheelNeeds
 from toolchain.emulate.root import missing_tools
-from toolchain.errors import KernelCheckError, UnsupportedHostError
+from toolchain.errors import UnsupportedHostError
 from toolchain.runtime_deps import PipSources, RuntimePlan
-from toolchain.util import run
 from toolchain.util.datafile import load_json
 from toolchain.util.files import file_lock
 from toolchain.util.report import reporter
-from toolchain.verify.engine_checks import SCRIPTS, Engine, run_generate, run_serve
-from toolchain.verify.environment import check_install, create_env, probe, wheel_from_index
-from toolchain.verify.installed_checks import (
-    check_import,
-    check_isa,
-    check_memory,
-    check_spawn,
-    check_threads,
-    console_state,
-    run_kernel_loads,
-)
-from toolchain.verify.memflag import DEFAULT_UTILIZATION, node_memory, reservation
-from toolchain.verify.numerics import check_numerics
-from toolchain.verify.results import FAIL, SKIP, CheckResult, worst
-from toolchain.verify.spawn_lint import lint_scripts
-from toolchain.verify.symbols import check_symbols, kernel_symbols
+from toolchain.verify.checks import Check
+from toolchain.verify.context import Context
+from toolchain.verify.environment import create_env, probe, wheel_from_index
+from toolchain.verify.memflag import DEFAULT_UTILIZATION
+from toolchain.verify.registry import CHECK_NAMES, CHECKS
+from toolchain.verify.results import SKIP, CheckResult, worst
 from toolchain.wheelfile import MANIFEST_NAME, read_manifest
 
 LOCK_NAME = ".verify.lock"
-CHECK_NAMES = (
-    "install",
-    "symbols",
-    "isa",
-    "numerics",
-    "import",
-    "threads",
-    "generate",
-    "memory",
-    "spawn",
-    "serve",
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,67 +125,41 @@ def verify(options: VerifyOptions) -> Verification:
 
 
 def run_checks(state: Verification, *, substitute_torch: str = "") -> None:
-    """Every check of `options.only` against the environment of `state.python`."""
-    options = state.options
+    """Every check of `options.only` against the environment of `state.python`, in order."""
     started = time.monotonic()
     env = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="vcb-verify-") as folder:
-        clean = Path(folder)  # nothing in it can shadow vllm
-        facts = probe(state.python, clean, env)
-        manifest = read_manifest(state.wheel) if state.wheel else _installed_manifest(facts)
-        state.record(
-            "install",
-            lambda: check_install(
-                facts, manifest=manifest, deps=state.deps, substitute_torch=substitute_torch
-            ),
+        facts = probe(state.python, Path(folder), env)
+        context = Context(
+            state=state,
+            facts=facts,
+            env=env,
+            clean=Path(folder),
+            manifest=read_manifest(state.wheel) if state.wheel else _installed_manifest(facts),
+            substitute_torch=substitute_torch,
         )
-        state.record("symbols", lambda: state.symbols or _native_symbols(state, facts))
-        min_isa, target = _wheel_needs(manifest)
-        if state.needs is not None:
-            min_isa, target = list(state.needs.features), state.needs.source
-        isa = state.record(
-            "isa",
-            lambda: check_isa(
-                state.host,
-                run_kernel_loads(state.python, facts, state.host, clean, min_isa, state.root),
-                min_isa,
-                target,
-            ),
-        )
-        state.record(
-            "numerics", lambda: check_numerics(state.python, facts, clean, isa, state.root)
-        )
-        wanted = {"import", "serve"} & set(options.only)
-        console = console_state(state.python, env) if wanted else "not checked"
-        state.record(
-            "import", lambda: check_import(state.python, facts, options.project, env, console)
-        )
-        state.record(
-            "threads", lambda: check_threads(state.host, _loaded(state, clean, facts), env)
-        )
-    run_engines(state, facts, env, console_works=console == "works")
+        for check in CHECKS:
+            _run_check(context, check)
     state.checks_seconds = time.monotonic() - started
 
 
-def _native_symbols(state: Verification, facts: dict[str, Any]) -> CheckResult:
-    site = Path(facts["vllm_package"]).parent
-    interpreter = Path(os.path.realpath(facts.get("python") or state.python))
-    missing = kernel_symbols(site, interpreter=interpreter, arch=state.host.arch)
-    if missing is None:
-        return CheckResult(
-            name="symbols",
-            status=SKIP,
-            summary="readelf is not installed (apt-get install binutils)",
-        )
-    return check_symbols(missing)
-
-
-def _loaded(state: Verification, clean: Path, facts: dict[str, Any]) -> dict[str, Any]:
-    """Facts after vLLM loaded its kernels (their OpenMP runtime); without, if that dies."""
-    try:
-        return probe(state.python, clean, dict(os.environ), load_kernels=True)
-    except KernelCheckError as exc:
-        return {**facts, "kernels_error": exc.message}
+def _run_check(context: Context, check: Check) -> None:
+    state = context.state
+    if state.emulation is not None and check.emulated:
+        state.skipped.setdefault(check.name, check.emulated)
+    if check.engine and context.prepared is None:
+        context.prepare_engines()
+    reason = check.skip(context) if check.skip else ""
+    result = state.record(
+        check.name,
+        lambda: (
+            CheckResult(name=check.name, status=SKIP, summary=reason)
+            if reason
+            else check.run(context)
+        ),
+    )
+    if result is not None:
+        context.results[check.name] = result
 
 
 def prepare_env(state: Verification) -> None:
@@ -230,100 +180,9 @@ def prepare_env(state: Verification) -> None:
     reporter.outcome(f"installed in {state.install_seconds:.0f} s")
 
 
-def _wheel_needs(manifest: dict[str, Any] | None) -> tuple[list[str], str]:
-    """min_isa and target from the build manifest (in the wheel or its installed dist-info)."""
-    if manifest is None:
-        return [], "no build manifest: needs read from its kernel libraries"
-    return list(manifest.get("min_isa", [])), f"target {manifest.get('target_isa')}"
-
-
 def _installed_manifest(facts: dict[str, Any]) -> dict[str, Any] | None:
     site = Path(facts["vllm_package"]).parent
     for path in site.glob(f"*.dist-info/{MANIFEST_NAME}"):
         data: dict[str, Any] = load_json(path)
         return data
     return None
-
-
-def run_engines(
-    state: Verification, facts: dict[str, Any], env: dict[str, str], *, console_works: bool
-) -> None:
-    options = state.options
-    memory = node_memory()
-    planned = reservation(memory, options.utilization)
-    default = reservation(memory, DEFAULT_UTILIZATION)
-    utilization = planned.utilization if planned.leaves_margin else planned.recommended_utilization
-    engine_env = dict(env)
-    if facts["platform"]["device_type"] != "cpu":
-        engine_env["VLLM_TARGET_DEVICE"] = "cpu"  # so the rest can still be checked
-    needs_engine = {"generate", "serve"} & set(options.only)
-    engine = Engine(
-        python=state.python,
-        model=options.model or (_tiny_model(state) if needs_engine else Path()),
-        utilization=utilization,
-        env=engine_env,
-        logs=state.logs,
-        use_console_script=console_works,
-        timeout=state.engine_timeout,
-        kv_cache_bytes=state.engine_kv_cache_bytes,
-        eager=state.engine_eager,
-    )
-    attempts: list[dict[str, Any]] = []
-    generated = state.record("generate", lambda: generate_with_retry(engine, attempts))
-    proof = dict(generated.details) if generated else None
-    proven = generated is not None and not state.engine_kv_cache_bytes
-    state.record(
-        "memory", lambda: check_memory(memory, planned, default, attempts if proven else None)
-    )
-    findings = lint_scripts(options.scripts)
-    state.record("spawn", lambda: check_spawn(findings, len(options.scripts), proof))
-    if generated is not None and generated.status == FAIL:
-        state.record(
-            "serve",
-            lambda: CheckResult(
-                name="serve", status=SKIP, summary="not started: the engine failed in generate"
-            ),
-        )
-        return
-    state.record("serve", lambda: run_serve(engine))
-
-
-def generate_with_retry(engine: Engine, attempts: list[dict[str, Any]]) -> CheckResult:
-    """generate; when vLLM refuses the memory setting, once more with a setting that fits now.
-
-    The memory check reports the refusal; the retry still proves generate, spawn and serve.
-    """
-    result = run_generate(engine)
-    attempts.append(dict(result.details))
-    if not result.details.get("memory_refused"):
-        return result
-    lower = reservation(node_memory(), engine.utilization).recommended_utilization
-    if not 0 < lower < engine.utilization:
-        return result
-    reporter.outcome(
-        f"vLLM refused --gpu-memory-utilization {engine.utilization} "
-        f"({result.details.get('memory_seen') or 'see the log'}); retrying with {lower}"
-    )
-    refused_log = Path(result.details["log"]).with_name("generate-refused.log")
-    Path(result.details["log"]).replace(refused_log)
-    attempts[0]["log"] = str(refused_log)
-    retry = run_generate(replace(engine, utilization=lower))
-    attempts.append(dict(retry.details))
-    refused = f"vLLM refused --gpu-memory-utilization {engine.utilization}"
-    return replace(
-        retry,
-        summary=f"with --gpu-memory-utilization {lower} after {refused}: {retry.summary}",
-        details={**retry.details, "refused_first": attempts[0]},
-    )
-
-
-def _tiny_model(state: Verification) -> Path:
-    model = state.logs / "tiny-model"
-    if not (model / "config.json").is_file():
-        shutil.rmtree(model, ignore_errors=True)
-        run.run_logged(
-            [state.python, SCRIPTS / "make_tiny_model.py", model],
-            log=state.logs / "install.log",
-            what="making the tiny model",
-        )
-    return model

@@ -15,14 +15,12 @@ from toolchain.detect.host import Host, detect_host
 from toolchain.errors import KernelCheckError, UsageError
 from toolchain.runtime_deps import RuntimePlan
 from toolchain.util.units import GIB
+from toolchain.verify.checks.imports import check_import
+from toolchain.verify.checks.isa import check_isa
+from toolchain.verify.checks.memory import check_memory
+from toolchain.verify.checks.spawn import check_spawn
+from toolchain.verify.checks.threads import check_threads
 from toolchain.verify.environment import check_install, interpreter_for, probe
-from toolchain.verify.installed_checks import (
-    check_import,
-    check_isa,
-    check_memory,
-    check_spawn,
-    check_threads,
-)
 from toolchain.verify.kernels import KernelLoad, picked_tier
 from toolchain.verify.memflag import NodeMemory, reservation
 from toolchain.verify.results import FAIL, PASS, SKIP, WARN, render

@@ -129,6 +129,13 @@ def _node_memory(*available_gib: float):
     return node_memory
 
 
+def _node_memory_seen(monkeypatch: pytest.MonkeyPatch, *available_gib: float) -> None:
+    """The engines' set-up and generate's retry each read the node's memory."""
+    seen = _node_memory(*available_gib)
+    monkeypatch.setattr("toolchain.verify.context.node_memory", seen)
+    monkeypatch.setattr("toolchain.verify.checks.generate.node_memory", seen)
+
+
 def _engines(tmp_path: Path, fake_programs, monkeypatch, accepts: float) -> list[object]:
     """A fake engine that vLLM-style refuses any setting above `accepts`; serve is recorded."""
     argv = _environment(tmp_path, fake_programs)
@@ -152,7 +159,7 @@ def _engines(tmp_path: Path, fake_programs, monkeypatch, accepts: float) -> list
         served.append(engine)
         return CheckResult(name="serve", status=PASS, summary="served")
 
-    monkeypatch.setattr("toolchain.verify.flow.run_serve", run_serve)
+    monkeypatch.setattr("toolchain.verify.checks.serve.run_serve", run_serve)
     model = tmp_path / "model"
     model.mkdir()
     argv += ["--model", str(model), "--only", "generate,memory,spawn,serve"]
@@ -163,7 +170,7 @@ def test_a_refused_memory_setting_is_retried_so_generate_spawn_and_serve_are_pro
     tmp_path: Path, fake_programs, zen4, monkeypatch, capsys
 ) -> None:
     # 0.4 of 14 GiB leaves the margin when checked (8 GiB free), then a neighbour takes 2 GiB
-    monkeypatch.setattr("toolchain.verify.flow.node_memory", _node_memory(8, 6))
+    _node_memory_seen(monkeypatch, 8, 6)
     argv, served = _engines(tmp_path, fake_programs, monkeypatch, accepts=0.35)
     assert main([*argv, "--gpu-memory-utilization", "0.4"]) == 1
     out = capsys.readouterr().out
@@ -203,7 +210,7 @@ def test_a_marginal_default_fails_up_front_and_the_engines_run_with_the_recommen
     tmp_path: Path, fake_programs, zen4, monkeypatch, capsys
 ) -> None:
     # the issue's machine: 0.92 of the node would start now, with 0.2 GiB to spare
-    monkeypatch.setattr("toolchain.verify.flow.node_memory", _node_memory(13.08))
+    _node_memory_seen(monkeypatch, 13.08)
     argv, served = _engines(tmp_path, fake_programs, monkeypatch, accepts=0.92)
     assert main(argv) == 1
     out = capsys.readouterr().out
