@@ -70,7 +70,8 @@ class BuildError(ToolchainError):
 
 
 class KernelCheckError(ToolchainError):
-    """The environment to check has no vLLM whose kernels could be loaded."""
+    """The environment to check has no CPU build of vLLM whose kernels could be loaded (none
+    installed, or one without the CPU kernel libraries _C*.so)."""
 
     exit_code = 11
 

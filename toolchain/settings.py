@@ -8,22 +8,12 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from toolchain.errors import DataFileError, UsageError
-from toolchain.runtime_deps import PYTORCH_CPU_INDEX, PipSources
-from toolchain.util.compile_cache import (
-    DIST_TOKEN_ENV,
-    DistScheduler,
-    SharedCache,
-    parse_cache,
-    parse_dist_scheduler,
-)
 from toolchain.util.datafile import load_toml
-from toolchain.util.units import MIB
-from toolchain.util.urls import checked_url
 
 ENV_PREFIX = "VCB_"
 TOML_TABLE = "vllm-cpu-builder"
@@ -237,121 +227,3 @@ def resolve_settings(
             )
         values[setting.name] = setting.default if value is None else value
     return values
-
-
-@dataclass(frozen=True, kw_only=True)
-class BuildOptions:
-    """What plan and build-wheel take from the settings, typed."""
-
-    target: str | None = None
-    jobs: int | None = None
-    python: str | None = None
-    cxx: str | None = None
-    sources: Path | None = None
-    source_dir: Path | None = None
-    torch_index: str | None = None  # None: the recipe's
-    find_links: tuple[Path, ...] = ()
-    work_dir: Path = field(default_factory=lambda: Path(default_cache_dir()))
-    wheel_dir: Path = Path("wheels")
-    reserve_bytes: int = 512 * MIB
-    index_url: str = PYPI_SIMPLE
-    allow_cuda_torch: bool = False
-    cache: SharedCache | None = None
-    build_type: str = "Release"
-    dist: DistScheduler | None = None
-
-
-def _optional_path(value: str | None) -> Path | None:
-    return Path(value).expanduser() if value else None
-
-
-def find_links(values: Mapping[str, Any]) -> tuple[Path, ...]:
-    return tuple(Path(p) for p in (values["find_links"] or "").split(os.pathsep) if p)
-
-
-def work_dir(values: Mapping[str, Any]) -> Path:
-    return Path(values["work_dir"]).expanduser()
-
-
-def build_options(values: Mapping[str, Any]) -> BuildOptions:
-    """Resolved settings (see `resolve_settings`) as the plan's options."""
-    if values["jobs"] is not None and values["jobs"] < 1:
-        raise UsageError(f"--jobs must be at least 1, not {values['jobs']}")
-    if values["reserve_mib"] < 0:
-        raise UsageError(f"--reserve-mib must be 0 or more, not {values['reserve_mib']}")
-    if values["vllm"] is not None and not values["vllm"].strip():
-        raise UsageError("--vllm is empty", hint="give a version such as 0.32.0, or leave it out")
-    dist = parse_dist_scheduler(values["dist_scheduler"]) if values["dist_scheduler"] else None
-    if dist and not os.environ.get(DIST_TOKEN_ENV):
-        raise UsageError(
-            f"--dist-scheduler needs the scheduler's client token in {DIST_TOKEN_ENV}",
-            hint=f"export {DIST_TOKEN_ENV}=... (the [client_auth] token of scheduler.conf)",
-        )
-    if values["build_type"] not in BUILD_TYPES:
-        raise UsageError(
-            f"--build-type is {' or '.join(BUILD_TYPES)}, not {values['build_type']!r}"
-        )
-    return BuildOptions(
-        target=values["target"],
-        jobs=values["jobs"],
-        python=values["python"],
-        cxx=values["cxx"],
-        sources=_optional_path(values["sources"]),
-        source_dir=_optional_path(values["source_dir"]),
-        torch_index=_url(values, "torch_index"),
-        find_links=find_links(values),
-        work_dir=work_dir(values),
-        wheel_dir=Path(values["wheel_dir"]),
-        reserve_bytes=values["reserve_mib"] * MIB,
-        index_url=checked_url(values["index_url"], "--index-url"),
-        allow_cuda_torch=values["allow_cuda_torch"],
-        cache=_compile_cache(values, dist),
-        build_type=values["build_type"],
-        dist=dist,
-    )
-
-
-def _compile_cache(values: Mapping[str, Any], dist: DistScheduler | None) -> SharedCache | None:
-    """--cache; with distributed compiles and no --cache, sccache's own folder in the work dir."""
-    if values["cache"]:
-        return parse_cache(values["cache"])
-    if dist is None:
-        return None
-    return parse_cache(str(work_dir(values) / "sccache"))
-
-
-def pip_sources(values: Mapping[str, Any]) -> PipSources:
-    """Where pip finds torch +cpu outside a build: --find-links, the PyTorch CPU index."""
-    return PipSources(
-        find_links=find_links(values), torch_index=_url(values, "torch_index") or PYTORCH_CPU_INDEX
-    )
-
-
-def _url(values: Mapping[str, Any], name: str) -> str | None:
-    value = values[name]
-    return checked_url(value, "--" + name.replace("_", "-")) if value else None
-
-
-@dataclass(frozen=True, kw_only=True)
-class PublishOptions:
-    """What publish and install-command take from the settings, typed."""
-
-    wheel_dir: Path
-    index_dir: Path
-    upload: str | None
-    work_dir: Path
-    index_url: str  # the public index, for install-command's requirements
-    sources: PipSources
-    wheel_variants: bool = False
-
-
-def publish_options(values: Mapping[str, Any]) -> PublishOptions:
-    return PublishOptions(
-        wheel_dir=Path(values["wheel_dir"]),
-        index_dir=Path(values["index_dir"]),
-        upload=_url(values, "upload"),
-        work_dir=work_dir(values),
-        index_url=checked_url(values["index_url"], "--index-url"),
-        sources=pip_sources(values),
-        wheel_variants=bool(values["wheel_variants"]),
-    )

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "toolchain"
-TOP = {"errors", "settings", "wheelfile", "runtime_deps"}
+TOP = {"errors", "settings", "options", "wheelfile", "runtime_deps"}
 # area -> the areas it may import besides itself; "top:NAME" are the top-level modules
 EVERY_TOP = {f"top:{name}" for name in TOP}
 ALLOWED = {

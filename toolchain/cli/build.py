@@ -4,41 +4,39 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolchain.cli.common import (
     add_host_options,
     add_mac_options,
+    add_output_flags,
     host_from_args,
     print_json,
     recipe_from_values,
     recipes_from,
     settings_values,
 )
-from toolchain.compile.cross import provision_cross
-from toolchain.compile.provision import provision_gxx
-from toolchain.compile.runner import BuildRun
-from toolchain.compile.sources import fill_mirror
-from toolchain.compile.steps import build_wheel
-from toolchain.detect.host import detect_host
-from toolchain.detect.tools import tool_version
 from toolchain.errors import UsageError
-from toolchain.plan.compiler import provisioned_gxx
-from toolchain.plan.matrix import build_matrix
-from toolchain.plan.planner import plan_build
-from toolchain.plan.render import render_plan
-from toolchain.settings import BUILD_SETTINGS, BuildOptions, add_setting_flags, build_options
+from toolchain.settings import BUILD_SETTINGS, add_setting_flags
 from toolchain.util.platform import SUPPORTED_ARCHES, machine_arch
 from toolchain.util.urls import redact
+
+if TYPE_CHECKING:
+    from toolchain.options import BuildOptions
 
 
 def options_from_args(args: argparse.Namespace) -> tuple[dict[str, Any], BuildOptions]:
     """Settings from flags, VCB_* variables and ./pyproject.toml, as the plan's options."""
+    from toolchain.options import build_options
+
     values = settings_values(args)
     return values, build_options(values)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from toolchain.plan.planner import plan_build
+    from toolchain.plan.render import render_plan
+
     values, options = options_from_args(args)
     plan = plan_build(host_from_args(args), recipe_from_values(values), options)
     if args.json:
@@ -49,6 +47,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_build_wheel(args: argparse.Namespace) -> int:
+    from toolchain.compile.runner import BuildRun
+    from toolchain.compile.steps import build_wheel
+    from toolchain.detect.host import detect_host
+    from toolchain.plan.planner import plan_build
+
     values, options = options_from_args(args)
     host = detect_host(sysctl_file=args.sysctl, vm_stat_file=args.vm_stat)
     plan = plan_build(host, recipe_from_values(values), options)
@@ -57,6 +60,8 @@ def cmd_build_wheel(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch_sources(args: argparse.Namespace) -> int:
+    from toolchain.compile.sources import fill_mirror
+
     values, options = options_from_args(args)
     repos = _git_repos(args.git or [])
     fill_mirror(
@@ -81,6 +86,8 @@ def _mirror_arches(wanted: str | None) -> tuple[str, ...]:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
+    from toolchain.plan.matrix import build_matrix
+
     cells = build_matrix(
         recipes_from(args.recipes, args.vllm),
         arch=args.arch,
@@ -122,6 +129,13 @@ def _git_repos(items: list[str]) -> dict[str, Path]:
 
 
 def cmd_provision_toolchain(args: argparse.Namespace) -> int:
+    from toolchain.compile.cross import provision_cross
+    from toolchain.compile.provision import provision_gxx
+    from toolchain.detect.host import detect_host
+    from toolchain.detect.tools import tool_version
+    from toolchain.plan.compiler import provisioned_gxx
+    from toolchain.plan.planner import plan_build
+
     values, options = options_from_args(args)
     host = detect_host()
     host.require_supported()
@@ -149,6 +163,7 @@ def configure_parser(commands: Any) -> None:
     build = commands.add_parser("build-wheel", help="compile a vLLM CPU wheel into wheels/")
     add_setting_flags(build, BUILD_SETTINGS)
     add_mac_options(build)  # a Mac's plan, to be refused off that Mac (no cross build to macOS)
+    add_output_flags(build)
     build.set_defaults(handler=cmd_build_wheel)
     fetch = commands.add_parser(
         "fetch-sources", help="fill a source mirror for air-gapped builds (needs network)"
@@ -166,6 +181,7 @@ def configure_parser(commands: Any) -> None:
         metavar="NAME=PATH",
         help="make NAME's archive from a local git repository instead of GitHub",
     )
+    add_output_flags(fetch)
     fetch.set_defaults(handler=cmd_fetch_sources)
     matrix = commands.add_parser(
         "matrix", help="a CI build matrix (GitHub Actions include list with --json)"

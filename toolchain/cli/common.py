@@ -8,13 +8,16 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from toolchain.detect.host import Host, detect_host
 from toolchain.errors import UsageError
-from toolchain.plan.recipes import Recipe, default_recipes_dir, known_versions, load_recipe
 from toolchain.settings import ALL_SETTINGS, SETTINGS_FILE, read_toml_settings, resolve_settings
+from toolchain.util.report import NORMAL, QUIET, VERBOSE, reporter
 from toolchain.util.urls import redact_json
+
+if TYPE_CHECKING:  # the library is imported where a command runs (see toolchain/cli/__init__)
+    from toolchain.detect.host import Host
+    from toolchain.plan.recipes import Recipe
 
 
 class Parser(argparse.ArgumentParser):
@@ -108,7 +111,35 @@ def add_mac_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_output_flags(parser: argparse.ArgumentParser) -> None:
+    """-q/-v/--log-file of the long commands, applied to the one reporter (`configure_output`)."""
+    loudness = parser.add_mutually_exclusive_group()
+    loudness.add_argument(
+        "-q", "--quiet", action="store_true", help="print only warnings, errors and the result"
+    )
+    loudness.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="print more: each setting's value and where it came from, each program's log",
+    )
+    parser.add_argument(
+        "--log-file",
+        type=Path,
+        metavar="FILE",
+        help="also write every line (as with --verbose) to FILE, appended",
+    )
+
+
+def configure_output(args: argparse.Namespace) -> None:
+    quiet, verbose = getattr(args, "quiet", False), getattr(args, "verbose", False)
+    level = QUIET if quiet else VERBOSE if verbose else NORMAL
+    reporter.configure(level=level, log_file=getattr(args, "log_file", None))
+
+
 def host_from_args(args: argparse.Namespace) -> Host:
+    from toolchain.detect.host import detect_host
+
     return detect_host(
         cpuinfo_file=args.cpuinfo,
         meminfo_file=args.meminfo,
@@ -120,6 +151,8 @@ def host_from_args(args: argparse.Namespace) -> Host:
 
 def _recipes_folder(folder: str | None) -> tuple[Path, list[str]]:
     """--recipes (default: the shipped recipes) and the versions it has."""
+    from toolchain.plan.recipes import default_recipes_dir, known_versions
+
     recipes_dir = Path(folder) if folder else default_recipes_dir()
     known = known_versions(recipes_dir)
     if not known:
@@ -129,11 +162,15 @@ def _recipes_folder(folder: str | None) -> tuple[Path, list[str]]:
 
 def recipes_from(folder: str | None, versions: list[str] | None = None) -> list[Recipe]:
     """The recipes of these versions (default: every one)."""
+    from toolchain.plan.recipes import load_recipe
+
     recipes_dir, known = _recipes_folder(folder)
     return [load_recipe(recipes_dir, version) for version in versions or known]
 
 
 def recipe_from_values(values: dict[str, Any]) -> Recipe:
     """The recipe of --vllm, or the newest."""
+    from toolchain.plan.recipes import load_recipe
+
     recipes_dir, known = _recipes_folder(values["recipes"])
     return load_recipe(recipes_dir, values["vllm"] or known[-1])

@@ -6,10 +6,11 @@ import argparse
 from typing import Any
 
 from toolchain.cli.common import add_host_options, host_from_args, print_json
-from toolchain.detect.render import render_host
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
+    from toolchain.detect.render import render_host
+
     host = host_from_args(args)
     if args.json:
         print_json(host.to_json())

@@ -9,17 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from toolchain.cli.common import settings_values
-from toolchain.detect.host import detect_host
-from toolchain.errors import UsageError
-from toolchain.publish import wheel_variants
-from toolchain.publish.index import publish_index, read_wheels
-from toolchain.publish.install_command import plan_install, plan_uv_install
-from toolchain.publish.upload import upload
-from toolchain.settings import add_setting_flags, publish_options, settings_named
-from toolchain.util import run
-from toolchain.util.datafile import load_json
-from toolchain.util.index_env import secret_indexes_to_env, with_env
+from toolchain.cli.common import add_output_flags, settings_values
+from toolchain.errors import ToolMissingError, UsageError
+from toolchain.settings import add_setting_flags, settings_named
+from toolchain.util.report import reporter
 from toolchain.util.urls import checked_url, redact
 
 PUBLISH_FLAGS = settings_named("wheel_dir", "index_dir", "upload", "work_dir", "wheel_variants")
@@ -27,6 +20,12 @@ INSTALL_FLAGS = settings_named("index_dir", "index_url", "torch_index", "find_li
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
+    from toolchain.options import publish_options
+    from toolchain.publish import wheel_variants
+    from toolchain.publish.index import publish_index, read_wheels
+    from toolchain.publish.upload import upload
+    from toolchain.util.datafile import load_json
+
     options = publish_options(settings_values(args))
     wheels = sorted(options.wheel_dir.glob("*.whl"))
     read_wheels(wheels)  # every wheel readable and named well before anything is sent
@@ -35,25 +34,33 @@ def cmd_publish(args: argparse.Namespace) -> int:
         log = options.work_dir / "upload.log"
         report = upload(wheels, options.upload, log)
         where = redact(options.upload)
-        print(f"uploaded to {where}: {', '.join(report.uploaded) or 'nothing new'}")
+        reporter.line(f"uploaded to {where}: {', '.join(report.uploaded) or 'nothing new'}")
         if report.skipped:
-            print(f"already there, identical: {', '.join(report.skipped)}")
+            reporter.line(f"already there, identical: {', '.join(report.skipped)}")
     published = publish_index(wheels, options.index_dir, wheel_variants=options.wheel_variants)
     for variant in sorted({w.variant for w in published.wheels}):
         names = [w.path.name for w in published.wheels if w.variant == variant]
-        print(f"{variant}/simple/: {', '.join(names)}")
+        reporter.line(f"{variant}/simple/: {', '.join(names)}")
     if options.wheel_variants:
         pages = sorted((published.root / wheel_variants.FOLDER / "simple").glob("*/index.json"))
         names = [f["filename"] for page in pages for f in load_json(page)["files"]]
-        print(f"{wheel_variants.FOLDER}/simple/: {', '.join(names) or 'nothing to choose from'}")
+        reporter.line(
+            f"{wheel_variants.FOLDER}/simple/: {', '.join(names) or 'nothing to choose from'}"
+        )
         for note in published.notes:
-            print(f"  {note}")
+            reporter.line(f"  {note}")
     state = "written" if published.changed else "unchanged (same wheels)"
-    print(f"index {published.root} -> {published.generation.name}: {state}")
+    reporter.result(f"index {published.root} -> {published.generation.name}: {state}")
     return 0
 
 
 def cmd_install_command(args: argparse.Namespace) -> int:
+    from toolchain.detect.host import detect_host
+    from toolchain.options import publish_options
+    from toolchain.publish.install_command import plan_install, plan_uv_install
+    from toolchain.util import run
+    from toolchain.util.index_env import secret_indexes_to_env, with_env
+
     options = publish_options(settings_values(args))
     index_dir = options.index_dir
     if not args.index and not (index_dir / "variants.json").is_file():
@@ -95,7 +102,10 @@ def _find_uv() -> str:
     beside = Path(sys.executable).parent / "uv"
     found = shutil.which("uv") or (str(beside) if beside.is_file() else None)
     if found is None:
-        raise UsageError("uv is not installed", hint="pip install 'uv>=0.13' (0.13 reads variants)")
+        raise ToolMissingError(
+            "uv is not installed (on PATH or beside this Python)",
+            hint="pip install 'uv>=0.13' (0.13 reads variants), or --installer pip",
+        )
     return found
 
 
@@ -104,6 +114,7 @@ def configure_parser(commands: Any) -> None:
         "publish", help="write the per-variant static index; with --upload, send to a server"
     )
     add_setting_flags(publish, PUBLISH_FLAGS)
+    add_output_flags(publish)
     publish.set_defaults(handler=cmd_publish)
     install = commands.add_parser(
         "install-command", help="print (or --run) the pip commands that install the right wheel"

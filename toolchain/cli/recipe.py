@@ -4,24 +4,29 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
-
-from packaging.version import InvalidVersion, Version
+from typing import TYPE_CHECKING, Any
 
 from toolchain.cli.common import existing_file, settings_values
-from toolchain.compile.sources import fetch_new_sdist
 from toolchain.errors import UsageError
-from toolchain.plan.recipes import default_recipes_dir
-from toolchain.recipegen.new_recipe import Generated, generate, refuse_existing, write_recipe
-from toolchain.settings import add_setting_flags, settings_named, work_dir
-from toolchain.util.files import sha256_file
+from toolchain.settings import add_setting_flags, settings_named
 from toolchain.util.report import reporter
 from toolchain.util.urls import checked_url
+
+if TYPE_CHECKING:
+    from packaging.version import Version
+
+    from toolchain.recipegen.new_recipe import Generated
 
 NEW_RECIPE_FLAGS = settings_named("recipes", "index_url", "work_dir")
 
 
 def cmd_new_recipe(args: argparse.Namespace) -> int:
+    from toolchain.compile.sources import fetch_new_sdist
+    from toolchain.options import work_dir
+    from toolchain.plan.recipes import default_recipes_dir
+    from toolchain.recipegen.new_recipe import generate, refuse_existing, write_recipe
+    from toolchain.util.files import sha256_file
+
     values = settings_values(args)
     version = _version(args.vllm)
     recipes_dir = Path(values["recipes"]) if values["recipes"] else default_recipes_dir()
@@ -45,6 +50,8 @@ def cmd_new_recipe(args: argparse.Namespace) -> int:
 
 
 def _version(value: str) -> Version:
+    from packaging.version import InvalidVersion, Version
+
     try:
         return Version(value)
     except InvalidVersion as exc:

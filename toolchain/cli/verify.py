@@ -8,28 +8,32 @@ import json
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from toolchain.cli.common import existing_file, print_json, settings_values, utilization
-from toolchain.detect.host import detect_host
-from toolchain.errors import UsageError
-from toolchain.settings import add_setting_flags, pip_sources, settings_named, work_dir
-from toolchain.util.files import atomic_path
+from toolchain.cli.common import (
+    add_output_flags,
+    existing_file,
+    print_json,
+    settings_values,
+    utilization,
+)
+from toolchain.errors import KernelCheckError, UsageError
+from toolchain.settings import add_setting_flags, settings_named
+from toolchain.util.report import reporter
 from toolchain.util.units import gib
-from toolchain.util.urls import checked_url, redact, redact_json
-from toolchain.verify.flow import VerifyOptions, verify
-from toolchain.verify.kernels import describe, load_kernels, package_dir
+from toolchain.util.urls import checked_url, redact_json
 from toolchain.verify.memflag import DEFAULT_UTILIZATION, describe_node, node_memory, reservation
-from toolchain.verify.registry import CHECK_NAMES
-from toolchain.verify.results import FAIL, render, worst
-from toolchain.verify.shadowing import check_shadowing
-from toolchain.verify.spawn_lint import lint_scripts
-from toolchain.wheelfile import check_wheel
+from toolchain.verify.results import FAIL
+
+if TYPE_CHECKING:
+    from toolchain.verify.flow import VerifyOptions
 
 VERIFY_FLAGS = settings_named("find_links", "torch_index", "work_dir", "wheel_dir", "emulate_cpu")
 
 
 def cmd_lint_script(args: argparse.Namespace) -> int:
+    from toolchain.verify.spawn_lint import lint_scripts
+
     findings = lint_scripts(args.files)
     for finding in findings:
         print(finding)
@@ -39,6 +43,8 @@ def cmd_lint_script(args: argparse.Namespace) -> int:
 
 
 def cmd_check_shadowing(args: argparse.Namespace) -> int:
+    from toolchain.verify.shadowing import check_shadowing
+
     shadows = check_shadowing(args.folder)
     for shadow in shadows:
         if shadow.wins:
@@ -59,13 +65,20 @@ def cmd_check_shadowing(args: argparse.Namespace) -> int:
 
 
 def cmd_check_kernels(args: argparse.Namespace) -> int:
+    from toolchain.detect.host import detect_host
+    from toolchain.verify.kernels import describe, load_kernels, package_dir
+
     host = detect_host()
     with tempfile.TemporaryDirectory(prefix="vcb-kernels-") as empty:  # nothing can shadow vllm
         scratch = Path(empty)
         folder = package_dir(args.python, scratch)
         results = load_kernels(args.python, folder, arch=host.arch, isa=host.isa, cwd=scratch)
     if not results:
-        raise UsageError(f"{folder} holds no kernel libraries (_C*.so): not a CPU build of vLLM")
+        raise KernelCheckError(
+            f"{folder} holds no kernel libraries (_C*.so): not a CPU build of vLLM",
+            hint="check the environment a CPU wheel was installed into: "
+            "check-kernels --python VENV/bin/python",
+        )
     for result in results:
         print(describe(result))
     loaded = [r for r in results if r.status == "ok"]
@@ -110,6 +123,11 @@ def newest_wheel(wheel_dir: Path) -> Path:
 
 
 def verify_options(args: argparse.Namespace) -> VerifyOptions:
+    from toolchain.options import pip_sources, work_dir
+    from toolchain.verify.flow import VerifyOptions
+    from toolchain.verify.registry import CHECK_NAMES
+    from toolchain.wheelfile import check_wheel
+
     values = settings_values(args)
     chosen = [x for x in (args.wheel, args.index, args.python) if x]
     if len(chosen) > 1:
@@ -145,6 +163,10 @@ def verify_options(args: argparse.Namespace) -> VerifyOptions:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from toolchain.util.files import atomic_path
+    from toolchain.verify.flow import verify
+    from toolchain.verify.results import render, worst
+
     state = verify(verify_options(args))
     report = state.logs / "report.json"
     with atomic_path(report) as temporary:
@@ -155,12 +177,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print_json(state.to_json())
     else:
         if state.emulation:
-            print(
+            reporter.line(
                 f"{state.emulation['summary']} ({state.emulation['root_suite']} root, "
                 f"{state.emulation['root_identity'][:19]}...)"
             )
-        print(redact(render(state.results, state.checks_seconds)))
-        print(f"report: {report}")
+        reporter.result(render(state.results, state.checks_seconds))
+        reporter.line(f"report: {report}")
     return 1 if worst(state.results) == FAIL else 0
 
 
@@ -199,10 +221,13 @@ def _add_verify(commands: Any) -> None:
         help=f"the value you will run with (default: vLLM's {DEFAULT_UTILIZATION})",
     )
     verify_cmd.add_argument(
-        "--only", metavar="CHECKS", help=f"comma-separated: {','.join(CHECK_NAMES)}"
+        "--only",
+        metavar="CHECKS",
+        help="comma-separated check names, as the report names them (default: every check)",
     )
     verify_cmd.add_argument("--json", action="store_true", help="print one JSON report")
     add_setting_flags(verify_cmd, VERIFY_FLAGS)
+    add_output_flags(verify_cmd)
     verify_cmd.set_defaults(handler=cmd_verify)
 
 

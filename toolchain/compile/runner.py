@@ -11,8 +11,8 @@ from typing import Any
 from toolchain.compile.compilation import CompileStats
 from toolchain.detect.host import Host
 from toolchain.errors import BuildError
+from toolchain.options import BuildOptions
 from toolchain.plan.buildplan import BuildPlan
-from toolchain.settings import BuildOptions
 from toolchain.util.report import reporter
 
 

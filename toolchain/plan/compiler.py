@@ -16,9 +16,9 @@ from packaging.version import Version
 
 from toolchain.detect.host import Host
 from toolchain.errors import PlanError
+from toolchain.options import BuildOptions
 from toolchain.plan.buildplan import Compiler, Step
 from toolchain.plan.recipes import Recipe
-from toolchain.settings import BuildOptions
 from toolchain.util.datafile import load_toml, string, string_list, table
 
 

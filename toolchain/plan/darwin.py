@@ -12,6 +12,7 @@ from packaging.version import Version
 
 from toolchain.detect.host import Host
 from toolchain.errors import PlanError, UnsupportedHostError
+from toolchain.options import BuildOptions
 from toolchain.plan.buildplan import (
     BuildPlan,
     Compiler,
@@ -30,7 +31,7 @@ from toolchain.plan.planner import (
 )
 from toolchain.plan.recipes import DarwinRecipe, IsaModel, IsaTarget, Patch, Recipe
 from toolchain.plan.target import runs_on
-from toolchain.settings import PYPI_SIMPLE, BuildOptions
+from toolchain.settings import PYPI_SIMPLE
 from toolchain.util.units import MIB
 
 # Apple's clang from the Xcode Command Line Tools (a Homebrew clang may come first on PATH)

@@ -12,6 +12,7 @@ from packaging.version import Version
 
 from toolchain.detect.host import Host
 from toolchain.errors import DataFileError, PlanError
+from toolchain.options import BuildOptions
 from toolchain.plan.buildplan import (
     BuildPlan,
     Compiler,
@@ -44,7 +45,6 @@ from toolchain.plan.recipes import (
     Recipe,
 )
 from toolchain.plan.target import choose_target, runs_on, target_arch
-from toolchain.settings import BuildOptions
 from toolchain.util.compile_cache import PREPROCESS_MIB, scheduler_status
 from toolchain.util.datafile import load_json
 from toolchain.util.source_lock import LOCK_NAME

@@ -2,6 +2,7 @@
 
 Library code returns data or calls the reporter, never `print()`: step lines with their
 duration, details, commands, warnings, live progress and the closing summary of an artifact.
+The command line sets how much reaches the screen (-q, -v) and a log file that gets it all.
 """
 
 from __future__ import annotations
@@ -26,23 +27,52 @@ class Elapsed:
     seconds: float = 0.0
 
 
+# how much reaches the screen: -q shows QUIET lines only, -v VERBOSE ones too
+QUIET, NORMAL, VERBOSE = 0, 1, 2
+LOG_ONLY = 3  # never on the screen
+
+
 class Reporter:
     def __init__(self, stream: TextIO | None = None) -> None:
         self._stream = stream
+        self.level = NORMAL
+        self.log_file: Path | None = None
+
+    def configure(self, *, level: int = NORMAL, log_file: Path | None = None) -> None:
+        self.level, self.log_file = level, log_file
+        if log_file is not None:
+            log_file.parent.mkdir(parents=True, exist_ok=True)
 
     @property
     def stream(self) -> TextIO:
         return self._stream or sys.stdout  # looked up late, so captured output sees it
 
-    def line(self, text: str = "", *, end: str = "\n") -> None:
-        self.stream.write(redact(text) + end)  # a URL's credentials never reach a screen
-        self.stream.flush()
+    def line(self, text: str = "", *, end: str = "\n", level: int = NORMAL) -> None:
+        text = redact(text)  # a URL's credentials never reach a screen or a log
+        if self.log_file is not None and end == "\n":  # a live line (\r) is the screen's only
+            with self.log_file.open("a") as log:
+                log.write(text + end)
+        if level <= self.level:
+            self.stream.write(text + end)
+            self.stream.flush()
+
+    def debug(self, text: str) -> None:
+        """A line for -v (and the log file): how a value was decided, where a log went."""
+        self.line(f"  {text}", level=VERBOSE)
+
+    def to_log(self, text: str) -> None:
+        """A line printed elsewhere (the error on stderr), kept in the log file too."""
+        self.line(text, level=LOG_ONLY)
+
+    def result(self, text: str) -> None:
+        """What the command produced (the verdict, the index written): shown even with -q."""
+        self.line(text, level=QUIET)
 
     def detail(self, text: str) -> None:
         self.line(f"  {text}")
 
     def warning(self, text: str) -> None:
-        self.line(f"warning: {text}")
+        self.line(f"warning: {text}", level=QUIET)
 
     def heading(self, text: str) -> None:
         """The start of a step: `==> name: what it does`."""
@@ -63,7 +93,7 @@ class Reporter:
 
     def artifact(self, path: Path, *, sha256: str, size_mib: float, lines: list[str]) -> None:
         """The closing summary of something built: name, size, sha256 and more lines."""
-        self.line(
+        self.result(
             f"\n{path.name}\n  size    {size_mib:.1f} MiB\n  sha256  {sha256}\n"
             + "\n".join(f"  {line}" for line in lines)
         )

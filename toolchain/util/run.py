@@ -121,6 +121,7 @@ def run_logged(
     """Run a long step with its output appended to `log`; on failure show the log's last lines."""
     resolved = no_secrets_in([resolve(argv[0]), *(str(arg) for arg in argv[1:])])
     announce(resolved, env)
+    reporter.debug(f"its output: {log}")
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as handle:
         handle.write(f"\n+ {redact(shlex.join(resolved))}\n")

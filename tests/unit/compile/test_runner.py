@@ -17,10 +17,10 @@ from toolchain.compile.runner import BuildRun, check_registry
 from toolchain.compile.steps import STEPS, build_wheel, create_venv
 from toolchain.detect.host import Host, detect_host
 from toolchain.errors import BuildError, BusyError, SourceError, UsageError
+from toolchain.options import BuildOptions
 from toolchain.plan.buildplan import BuildPlan, Step
 from toolchain.plan.planner import plan_build
 from toolchain.plan.recipes import default_recipes_dir, load_recipe
-from toolchain.settings import BuildOptions
 from toolchain.util.compile_cache import parse_cache
 
 

@@ -12,8 +12,9 @@ import pytest
 
 from toolchain.detect.host import Host
 from toolchain.errors import UsageError
+from toolchain.options import BuildOptions, build_options
 from toolchain.plan.render import render_plan
-from toolchain.settings import BUILD_SETTINGS, BuildOptions, build_options, resolve_settings
+from toolchain.settings import BUILD_SETTINGS, resolve_settings
 from toolchain.util.compile_cache import parse_dist_scheduler, scheduler_status
 from toolchain.util.units import MIB
 
