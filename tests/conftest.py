@@ -47,6 +47,29 @@ def _no_stray_processes(request: pytest.FixtureRequest, monkeypatch: pytest.Monk
     monkeypatch.setattr(subprocess, "Popen", refuse)
 
 
+LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "", None})
+UNIT_TESTS = Path(__file__).parent / "unit"
+
+
+@pytest.fixture(autouse=True)
+def _no_network(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unit tests reach no other machine: a name other than the loopback's does not resolve, as
+    on a machine without a network. Servers a test starts on 127.0.0.1 still answer."""
+    if UNIT_TESTS not in request.path.parents or any(
+        request.node.get_closest_marker(name) for name in REAL_WORK_MARKERS
+    ):
+        return
+    resolve = socket.getaddrinfo
+
+    def loopback_only(host: Any, *args: Any, **kwargs: Any) -> Any:
+        name = host.decode() if isinstance(host, bytes) else host
+        if name in LOOPBACK or str(name).startswith("127."):
+            return resolve(host, *args, **kwargs)
+        raise socket.gaierror(socket.EAI_NONAME, f"a unit test may not reach {name}")
+
+    monkeypatch.setattr(socket, "getaddrinfo", loopback_only)
+
+
 Answer = tuple[int, str] | Callable[[list[str]], tuple[int, str]]
 
 

@@ -86,3 +86,9 @@ class BusyError(ToolchainError):
     """Another run holds the lock of the same folder (a build folder, a verify work folder)."""
 
     exit_code = 13
+
+
+class NotReadyError(ToolchainError):
+    """`plan --check`: something the build needs is not here (a source, torch, disk, a folder)."""
+
+    exit_code = 14

@@ -164,6 +164,7 @@ def test_fake_vllm_builds_into_a_tagged_repaired_wheel(
     assert sidecar["compile"]["steps"] >= 2, "the progress counter read ninja's [done/total]"
     assert sidecar["compile"]["cpu_seconds"] > 0, "the compilers' CPU time was counted"
     assert (sidecar["build_type"], sidecar["debug_info"]) == ("Release", None)
+    assert sidecar["build_tree_bytes"] > 10 * 2**20, "the build venv alone takes more"
     trace = json.loads((wheel.parent / f"{wheel.name}.trace.json").read_text())
     assert any(e["name"].endswith(".o") and e["ph"] == "X" for e in trace), "a compile timeline"
     assert "compile timeline: " in out

@@ -34,15 +34,22 @@ def options_from_args(args: argparse.Namespace) -> tuple[dict[str, Any], BuildOp
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from toolchain.compile.preflight import readiness, render_readiness, require_ready
     from toolchain.plan.planner import plan_build
     from toolchain.plan.render import render_plan
 
     values, options = options_from_args(args)
     plan = plan_build(host_from_args(args), recipe_from_values(values), options)
+    # a macOS plan is built on the Mac it describes: this machine's readiness says nothing of it
+    checks = readiness(plan, options) if plan.macos is None else ()
     if args.json:
-        print_json(plan.to_json())
+        found = {"preflight": [check.to_json() for check in checks]} if checks else {}
+        print_json(plan.to_json() | found)
     else:
-        print(redact(render_plan(plan)))
+        block = render_readiness(checks) if checks else []
+        print(redact("\n".join([render_plan(plan), *block])))
+    if args.check:
+        require_ready(checks)
     return 0
 
 
@@ -159,6 +166,11 @@ def configure_parser(commands: Any) -> None:
     plan = commands.add_parser("plan", help="print what a build would do, decided up front")
     add_host_options(plan)
     add_setting_flags(plan, BUILD_SETTINGS)
+    plan.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 14 when something the build needs is missing (the preflight block's lines)",
+    )
     plan.set_defaults(handler=cmd_plan)
     build = commands.add_parser("build-wheel", help="compile a vLLM CPU wheel into wheels/")
     add_setting_flags(build, BUILD_SETTINGS)

@@ -8,7 +8,6 @@ import os
 import platform
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -23,6 +22,7 @@ from toolchain.compile.compilation import EtaBasis, MemoryGuard, compile_logged
 from toolchain.compile.cross import provision_cross, target_torch
 from toolchain.compile.debuginfo import split_debug_info
 from toolchain.compile.ninja_trace import write_trace
+from toolchain.compile.preflight import check_writable, writable_folders
 from toolchain.compile.progress import (
     cache_hit_rate,
     github_group,
@@ -39,7 +39,6 @@ from toolchain.errors import (
     SourceError,
     ToolchainError,
     UnsupportedHostError,
-    UsageError,
 )
 from toolchain.plan.buildplan import BuildPlan
 from toolchain.plan.recipes import OnednnPrune, Patch
@@ -47,7 +46,14 @@ from toolchain.runtime_deps import PipSources
 from toolchain.util import run
 from toolchain.util.datafile import parse_json
 from toolchain.util.files import MARKER as UNPACK_MARKER
-from toolchain.util.files import atomic_path, file_lock, sha256_file, tar_sha256, unpack_tar
+from toolchain.util.files import (
+    atomic_path,
+    disk_bytes,
+    file_lock,
+    sha256_file,
+    tar_sha256,
+    unpack_tar,
+)
 from toolchain.util.index_env import secret_indexes_to_env, with_env
 from toolchain.util.net import github_reachable
 from toolchain.util.report import duration, reporter
@@ -543,6 +549,8 @@ def deliver(build: BuildRun) -> None:
         "wheel_sha256": digest,
         "wheel_size_bytes": final.stat().st_size,
         "total_seconds": round(total, 1),
+        # the next plan's disk need (compile/preflight.py)
+        "build_tree_bytes": disk_bytes(build.plan.paths.build_dir),
     }
     with atomic_path(folder / f"{wheel.name}.manifest.json") as temporary:
         temporary.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
@@ -625,7 +633,7 @@ def refuse_macos(plan: BuildPlan) -> None:
     )
 
 
-def preflight(build: BuildRun) -> None:
+def check_inputs(build: BuildRun) -> None:
     """What the user named must be there before anything is downloaded or installed."""
     refuse_macos(build.plan)
     source, mirror = build.plan.source, build.plan.source.mirror
@@ -643,35 +651,9 @@ def preflight(build: BuildRun) -> None:
         )
 
 
-def _writable_folders(build: BuildRun) -> dict[str, Path]:
-    """The folders a build writes into, by the setting that names them."""
-    options, paths = build.options, build.plan.paths
-    folders = {"--wheel-dir": paths.wheel_dir, "--work-dir": paths.work_dir}
-    if options.cache is not None and options.cache.backend == "local":
-        folders["--cache"] = Path(options.cache.where)
-    return folders
-
-
-def check_writable(build: BuildRun) -> None:
-    """Each folder the build writes into can be made and written, before the first step: an
-    unwritable --wheel-dir must not surface as a traceback after an hour of compiling."""
-    for flag, folder in _writable_folders(build).items():
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=folder, prefix=".vcb-writable-"):
-                pass
-        except OSError as exc:
-            raise UsageError(
-                f"{flag} {folder} is not a folder this build can write into "
-                f"({exc.strerror or exc}); nothing was built",
-                hint=f"choose another {flag}, or make {folder} writable, then run "
-                "`nox -s build-wheel` again",
-            ) from exc
-
-
 def build_wheel(build: BuildRun) -> Path:
     """Run every step of the plan, one build per build folder at a time; the delivered wheel."""
-    preflight(build)
-    check_writable(build)
+    check_inputs(build)
+    check_writable(writable_folders(build.plan, build.options))
     with file_lock(build.plan.paths.build_dir / ".vcb-build.lock", what="build-wheel", wait=False):
         return run_steps(build, STEPS)

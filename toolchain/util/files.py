@@ -37,6 +37,19 @@ def atomic_path(final: Path) -> Iterator[Path]:
         temporary.unlink(missing_ok=True)
 
 
+def disk_bytes(folder: Path) -> int:
+    """What the files under `folder` take on the disk (blocks, not lengths); links not followed,
+    files that vanish while counting skipped."""
+    total = 0
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(parent, name)).st_blocks * 512
+            except OSError:
+                continue
+    return total
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -85,6 +85,7 @@ def test_plan_json_is_unchanged(
     cpuinfo, meminfo, compilers, argv, build_arch = CASES[case]
     monkeypatch.setattr("toolchain.detect.host.machine_arch", lambda: build_arch)
     monkeypatch.setattr("toolchain.detect.host.usable_cpus", lambda: (2, None))
+    monkeypatch.setattr("toolchain.compile.preflight.free_bytes", lambda where: 50 * 1024**3)
     for name, version in {**compilers, "ccache": "ccache version 4.7.5\n"}.items():
         fake_programs.add(name, version)
     for python in ("python3.11", "python3.12"):
