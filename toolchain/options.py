@@ -16,6 +16,7 @@ from typing import Any
 from toolchain.errors import UsageError
 from toolchain.runtime_deps import PYTORCH_CPU_INDEX, PipSources
 from toolchain.settings import BUILD_TYPES, PYPI_SIMPLE, default_cache_dir
+from toolchain.targets import default_recipes_dir
 from toolchain.util.compile_cache import (
     DIST_TOKEN_ENV,
     DistScheduler,
@@ -131,6 +132,7 @@ class PublishOptions:
     index_url: str  # the public index, for install-command's requirements
     sources: PipSources
     wheel_variants: bool = False
+    recipes: Path = field(default_factory=default_recipes_dir)  # whose targets label wheels
 
 
 def publish_options(values: Mapping[str, Any]) -> PublishOptions:
@@ -142,4 +144,5 @@ def publish_options(values: Mapping[str, Any]) -> PublishOptions:
         index_url=checked_url(values["index_url"], "--index-url"),
         sources=pip_sources(values),
         wheel_variants=bool(values["wheel_variants"]),
+        recipes=Path(values["recipes"]) if values.get("recipes") else default_recipes_dir(),
     )

@@ -151,7 +151,8 @@ def host_from_args(args: argparse.Namespace) -> Host:
 
 def _recipes_folder(folder: str | None) -> tuple[Path, list[str]]:
     """--recipes (default: the shipped recipes) and the versions it has."""
-    from toolchain.plan.recipes import default_recipes_dir, known_versions
+    from toolchain.plan.recipes import known_versions
+    from toolchain.targets import default_recipes_dir
 
     recipes_dir = Path(folder) if folder else default_recipes_dir()
     known = known_versions(recipes_dir)

@@ -15,8 +15,12 @@ from toolchain.settings import add_setting_flags, settings_named
 from toolchain.util.report import reporter
 from toolchain.util.urls import checked_url, redact
 
-PUBLISH_FLAGS = settings_named("wheel_dir", "index_dir", "upload", "work_dir", "wheel_variants")
-INSTALL_FLAGS = settings_named("index_dir", "index_url", "torch_index", "find_links", "work_dir")
+PUBLISH_FLAGS = settings_named(
+    "wheel_dir", "index_dir", "upload", "work_dir", "wheel_variants", "recipes"
+)
+INSTALL_FLAGS = settings_named(
+    "index_dir", "index_url", "torch_index", "find_links", "work_dir", "recipes"
+)
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
@@ -24,11 +28,13 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from toolchain.publish import wheel_variants
     from toolchain.publish.index import publish_index, read_wheels
     from toolchain.publish.upload import upload
+    from toolchain.targets import load_catalog
     from toolchain.util.datafile import load_json
 
     options = publish_options(settings_values(args))
     wheels = sorted(options.wheel_dir.glob("*.whl"))
-    read_wheels(wheels)  # every wheel readable and named well before anything is sent
+    catalog = load_catalog(options.recipes)
+    read_wheels(wheels, catalog)  # every wheel readable and named well before anything is sent
     if options.upload:
         # the upload goes first: a refused or failed upload leaves the static index as it was
         log = options.work_dir / "upload.log"
@@ -37,7 +43,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
         reporter.line(f"uploaded to {where}: {', '.join(report.uploaded) or 'nothing new'}")
         if report.skipped:
             reporter.line(f"already there, identical: {', '.join(report.skipped)}")
-    published = publish_index(wheels, options.index_dir, wheel_variants=options.wheel_variants)
+    published = publish_index(
+        wheels, options.index_dir, wheel_variants=options.wheel_variants, catalog=catalog
+    )
     for variant in sorted({w.variant for w in published.wheels}):
         names = [w.path.name for w in published.wheels if w.variant == variant]
         reporter.line(f"{variant}/simple/: {', '.join(names)}")
@@ -58,6 +66,7 @@ def cmd_install_command(args: argparse.Namespace) -> int:
     from toolchain.detect.host import detect_host
     from toolchain.options import publish_options
     from toolchain.publish.install_command import plan_install, plan_uv_install
+    from toolchain.targets import load_catalog
     from toolchain.util import run
     from toolchain.util.index_env import secret_indexes_to_env, with_env
 
@@ -85,7 +94,7 @@ def cmd_install_command(args: argparse.Namespace) -> int:
     if args.installer == "uv":
         plan = plan_uv_install(index, isa, uv=_find_uv(), **common)
     else:
-        plan = plan_install(index, isa, **common)
+        plan = plan_install(index, isa, catalog=load_catalog(options.recipes), **common)
     print(redact(plan.render()))
     if args.run:
         log = options.work_dir / "install.log"

@@ -29,9 +29,10 @@ from toolchain.plan.planner import (
     _source,
     _venv_steps,
 )
-from toolchain.plan.recipes import DarwinRecipe, IsaModel, IsaTarget, Patch, Recipe
+from toolchain.plan.recipes import DarwinRecipe, Patch, Recipe
 from toolchain.plan.target import runs_on
 from toolchain.settings import PYPI_SIMPLE
+from toolchain.targets import IsaModel, Target
 from toolchain.util.units import MIB
 
 # Apple's clang from the Xcode Command Line Tools (a Homebrew clang may come first on PATH)
@@ -45,7 +46,7 @@ def plan_darwin(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
     macos = _macos(host, recipe, darwin, target, warnings)
     python = _python(recipe, host, options)
     jobs = _jobs(host, recipe, options, warnings)
-    wheel_version = f"{recipe.vllm}+cpu.{target.name}"
+    wheel_version = target.wheel_version(recipe.vllm)
     cp = "cp" + python.version.replace(".", "")
     paths = _paths(options, f"vllm-{recipe.vllm}-macos-arm64-{target.name}-{cp}")
     torch = TorchPin(
@@ -173,7 +174,7 @@ def sysctl_features(model: IsaModel) -> list[str]:
     return [f for f in ("bf16", "i8mm") if f in asked] + sorted(asked - {"bf16", "i8mm"})
 
 
-def _fits(target: IsaTarget, isa: dict[str, bool]) -> bool:
+def _fits(target: Target, isa: dict[str, bool]) -> bool:
     """Upstream's cmake makes exactly this target on a Mac with these features."""
     return (
         not runs_on(target, isa)
@@ -184,7 +185,7 @@ def _fits(target: IsaTarget, isa: dict[str, bool]) -> bool:
 
 def mac_target(
     recipe: Recipe, model: IsaModel, isa: dict[str, bool], wanted: str | None
-) -> IsaTarget:
+) -> Target:
     """The one target upstream's cmake builds on this Mac; --target may only name that one."""
     fitting = [t for t in model.targets.values() if _fits(t, isa)]
     if not fitting:
@@ -211,7 +212,7 @@ def mac_target(
 
 
 def _macos(
-    host: Host, recipe: Recipe, darwin: DarwinRecipe, target: IsaTarget, warnings: list[str]
+    host: Host, recipe: Recipe, darwin: DarwinRecipe, target: Target, warnings: list[str]
 ) -> MacosPlan:
     """The deployment target is the release's floor: the wheel then runs wherever its torch does,
     and its tag is known before the build (a build left alone takes the Mac's own version)."""
@@ -238,7 +239,7 @@ def _macos(
 
 
 def _target_note(
-    recipe: Recipe, model: IsaModel, target: IsaTarget, host: Host, options: BuildOptions
+    recipe: Recipe, model: IsaModel, target: Target, host: Host, options: BuildOptions
 ) -> str:
     said = ", ".join(f"{f} {'yes' if host.isa.get(f) else 'no'}" for f in sysctl_features(model))
     how = "asked for, and" if options.target else "the one"

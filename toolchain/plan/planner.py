@@ -35,16 +35,9 @@ from toolchain.plan.cross import (
 )
 from toolchain.plan.cross import cmake_args as cross_cmake_args
 from toolchain.plan.jobs import JobSizing, size_jobs
-from toolchain.plan.recipes import (
-    ONEDNN_GEMM_ISAS,
-    TIERS_SWITCH,
-    IsaModel,
-    IsaTarget,
-    OnednnPrune,
-    Patch,
-    Recipe,
-)
+from toolchain.plan.recipes import TIERS_SWITCH, OnednnPrune, Patch, Recipe
 from toolchain.plan.target import choose_target, runs_on, target_arch
+from toolchain.targets import ONEDNN_GEMM_ISAS, IsaModel, Target
 from toolchain.util.compile_cache import PREPROCESS_MIB, scheduler_status
 from toolchain.util.datafile import load_json
 from toolchain.util.source_lock import LOCK_NAME
@@ -124,7 +117,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         measured=() if remote else tuple(m for m in recipe.compile_memory if m.applies_to(arch)),
     )
     warnings += [jobs.warning] if jobs.warning else []
-    wheel_version = f"{recipe.vllm}+cpu.{target.name}"
+    wheel_version = target.wheel_version(recipe.vllm)
     build_dir = (
         options.work_dir
         / "builds"
@@ -239,7 +232,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
 
 
 def _target_note(
-    model: IsaModel, target: IsaTarget, isa: Mapping[str, bool], options: BuildOptions
+    model: IsaModel, target: Target, isa: Mapping[str, bool], options: BuildOptions
 ) -> str:
     """Why this target: asked for, or the era's default, and what else this host could build."""
     if options.target is not None:
@@ -257,7 +250,7 @@ def _target_note(
 def _kernel_env(
     recipe: Recipe,
     model: IsaModel,
-    target: IsaTarget,
+    target: Target,
     patches: tuple[Patch, ...],
     options: BuildOptions,
 ) -> dict[str, str]:
@@ -283,7 +276,7 @@ def _kernel_env(
 
 
 def _cmake_args(
-    target: IsaTarget,
+    target: Target,
     prune: OnednnPrune | None,
     jobs: JobSizing,
     recipe_files: Path,
@@ -329,7 +322,7 @@ def _no_space(path: Path) -> Path:
     return path
 
 
-def onednn_prune(recipe: Recipe, target: IsaTarget) -> OnednnPrune | None:
+def onednn_prune(recipe: Recipe, target: Target) -> OnednnPrune | None:
     """The recipe's list of oneDNN units this target never links, if it has one."""
     return next((p for p in recipe.onednn_prune if p.target == target.name), None)
 

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from toolchain.detect.isa import isa_table
 from toolchain.errors import DataFileError, UsageError
 from toolchain.runtime_deps import PYTORCH_CPU_INDEX
+from toolchain.targets import ISA_MODELS_FILE, IsaModel, load_isa_models, model_named
 from toolchain.util.datafile import (
     check_keys,
     load_toml,
@@ -29,36 +27,8 @@ from toolchain.util.datafile import (
 from toolchain.util.platform import SUPPORTED_ARCHES
 from toolchain.util.units import MIB
 
-ISA_MODELS_FILE = "isa-models.toml"
-
-
-@dataclass(frozen=True, kw_only=True)
-class IsaTarget:
-    name: str
-    env: Mapping[str, str]
-    min_isa: tuple[str, ...]
-    host_must_lack: tuple[str, ...] = ()
-    host_must_have: tuple[str, ...] = ()
-    kernel_tiers: tuple[str, ...] = ()  # empty: the era's one `_C`, not chosen by the toolkit
-    onednn_isa: str | None = None  # None: oneDNN's own default (every ISA)
-    march: str | None = None  # the -march upstream's cmake compiles with, where data says it
-
-
-# ONEDNN_ENABLE_PRIMITIVE_CPU_ISA's values, lowest first (oneDNN's cmake/options.cmake); its GEMM
-# kernels (ONEDNN_ENABLE_GEMM_KERNELS_ISA) know no AMX.
-ONEDNN_ISAS = ("SSE41", "AVX2", "AVX512", "AMX", "ALL")
-ONEDNN_GEMM_ISAS = ("SSE41", "AVX2", "AVX512")
 # The switch vllm-cpu-x86-tiers.patch adds: which of the x86 kernel tiers to compile
 TIERS_SWITCH = "VLLM_CPU_X86_TIERS"
-
-
-@dataclass(frozen=True, kw_only=True)
-class IsaModel:
-    name: str
-    arch: str
-    summary: str
-    targets: Mapping[str, IsaTarget]
-    default_target: str | None = None  # None: the richest target the host builds and runs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,12 +132,6 @@ class Recipe:
         return tuple(dep for dep in self.third_party if dep.arch in (None, arch))
 
 
-def default_recipes_dir() -> Path:
-    """Recipes installed with the package, or the repository's recipes/ beside a source tree."""
-    installed = Path(str(resources.files("toolchain") / "recipes"))
-    return installed if installed.is_dir() else Path(__file__).resolve().parents[2] / "recipes"
-
-
 def recipe_path(recipes_dir: Path, version: str) -> Path:
     return recipes_dir / f"vllm-{version}.toml"
 
@@ -245,15 +209,15 @@ def parse_recipe(data: dict[str, Any], *, path: Path, models: Mapping[str, IsaMo
     memory_mib = build.get("memory_per_job_mib")
     if not isinstance(memory_mib, int) or isinstance(memory_mib, bool) or memory_mib <= 0:
         raise DataFileError(f"{where} [build]: key 'memory_per_job_mib' must be a positive integer")
-    isa_models = {}
-    for arch in SUPPORTED_ARCHES:
-        name = string(isa, arch, where=f"{where} [isa_model]")
-        if name not in models or models[name].arch != arch:
-            raise DataFileError(
-                f"{where} [isa_model]: key '{arch}' names no {arch} model "
-                f"of {ISA_MODELS_FILE} ('{name}')"
-            )
-        isa_models[arch] = models[name]
+    isa_models = {
+        arch: model_named(
+            models,
+            string(isa, arch, where=f"{where} [isa_model]"),
+            arch,
+            where=f"{where} [isa_model]: key '{arch}'",
+        )
+        for arch in SUPPORTED_ARCHES
+    }
     inherited = _optional_string(data, "inherited_from", where=where)
     return Recipe(
         path=path,
@@ -270,7 +234,7 @@ def parse_recipe(data: dict[str, Any], *, path: Path, models: Mapping[str, IsaMo
         torch_index=string(torch, "index", where=f"{where} [torch]", default=PYTORCH_CPU_INDEX),
         build_requires=string_list(build, "requires", where=f"{where} [build]"),
         memory_per_job_bytes=memory_mib * MIB,
-        gxx_min=_versions(string_map(tools, "gxx_min", where=f"{where} [toolchain]"), where),
+        gxx_min=_gxx_min(tools, where=f"{where} [toolchain]"),
         cmake_min=_versions(
             {"cmake_min": string(tools, "cmake_min", where=f"{where} [toolchain]")}, where
         )["cmake_min"],
@@ -313,12 +277,11 @@ def _darwin(data: Any, models: Mapping[str, IsaModel], *, where: str) -> DarwinR
         raise DataFileError(f"{where}: must be a table")
     check_keys(data, RECIPE_KEYS["darwin"], where=where)
     name = string(data, "isa_model", where=where)
-    if name not in models or models[name].arch != "aarch64":
-        raise DataFileError(f"{where}: key 'isa_model' names no aarch64 model of {ISA_MODELS_FILE}")
+    model = model_named(models, name, "aarch64", where=f"{where}: key 'isa_model'")
     floors = {key: string(data, key, where=where) for key in ("macos_min", "clang_min")}
     for key, value in floors.items():
         _version(value, where=f"{where}: key '{key}'")
-    return DarwinRecipe(torch=string(data, "torch", where=where), isa_model=models[name], **floors)
+    return DarwinRecipe(torch=string(data, "torch", where=where), isa_model=model, **floors)
 
 
 def _array(data: dict[str, Any], key: str, where: str) -> list[dict[str, Any]]:
@@ -387,6 +350,15 @@ def _versions(values: dict[str, str], where: str) -> dict[str, str]:
     for key, value in values.items():
         _version(value, where=f"{where} [toolchain]: key '{key}'")
     return values
+
+
+def _gxx_min(tools: dict[str, Any], *, where: str) -> dict[str, str]:
+    """g++ minimums by architecture: a key `x86-64` would drop the floor without a word."""
+    floors = string_map(tools, "gxx_min", where=where)
+    check_keys(floors, set(SUPPORTED_ARCHES), where=f"{where} gxx_min")
+    for arch, value in floors.items():
+        _version(value, where=f"{where} gxx_min: key '{arch}'")
+    return floors
 
 
 def _third_party(entry: dict[str, Any], *, where: str) -> ThirdParty:
@@ -491,50 +463,3 @@ def _patch(entry: dict[str, Any], vllm: Version, *, folder: Path, where: str) ->
         enables=string_list(entry, "enables", where=where) if "enables" in entry else (),
         content=content,
     )
-
-
-@functools.cache
-def load_isa_models(path: Path) -> Mapping[str, IsaModel]:
-    data, where = load_toml(path), str(path)
-    known_features = set(isa_table().feature_names)
-    models: dict[str, IsaModel] = {}
-    for name in data:
-        model = table(data, name, where=where)
-        targets_data = table(model, "targets", where=f"{where} [{name}]")
-        targets = {}
-        for target_name in targets_data:
-            at = f"{where} [{name}.targets.{target_name}]"
-            target = table(targets_data, target_name, where=f"{where} [{name}.targets]")
-            lists = {
-                key: string_list(target, key, where=at)
-                for key in ("min_isa", "host_must_lack", "host_must_have")
-            }
-            unknown = {f for values in lists.values() for f in values} - known_features
-            if unknown:
-                raise DataFileError(f"{at}: unknown feature names {sorted(unknown)}")
-            onednn_isa = _optional_string(target, "onednn_isa", where=at)
-            if onednn_isa is not None and onednn_isa not in ONEDNN_ISAS:
-                raise DataFileError(f"{at}: onednn_isa is one of {', '.join(ONEDNN_ISAS)}")
-            targets[target_name] = IsaTarget(
-                name=target_name,
-                env=string_map(target, "env", where=at),
-                kernel_tiers=(
-                    string_list(target, "kernel_tiers", where=at)
-                    if "kernel_tiers" in target
-                    else ()
-                ),
-                onednn_isa=onednn_isa,
-                march=_optional_string(target, "march", where=at),
-                **lists,
-            )
-        default = _optional_string(model, "default_target", where=f"{where} [{name}]")
-        if default is not None and default not in targets:
-            raise DataFileError(f"{where} [{name}]: default_target {default!r} is not a target")
-        models[name] = IsaModel(
-            name=name,
-            arch=string(model, "arch", where=f"{where} [{name}]"),
-            summary=string(model, "summary", where=f"{where} [{name}]"),
-            targets=targets,
-            default_target=default,
-        )
-    return models

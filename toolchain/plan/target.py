@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from toolchain.errors import PlanError
-from toolchain.plan.recipes import IsaModel, IsaTarget, Recipe
+from toolchain.plan.recipes import Recipe
+from toolchain.targets import IsaModel, Target
 
 
-def _blocker(target: IsaTarget, isa: Mapping[str, bool], recipe: Recipe) -> str | None:
+def _blocker(target: Target, isa: Mapping[str, bool], recipe: Recipe) -> str | None:
     """Why upstream's cmake would not build exactly this target on this host, or None."""
     listed = [feature for feature in target.host_must_lack if isa.get(feature)]
     if listed:
@@ -27,7 +28,7 @@ def _blocker(target: IsaTarget, isa: Mapping[str, bool], recipe: Recipe) -> str 
     return None
 
 
-def runs_on(target: IsaTarget, isa: Mapping[str, bool]) -> list[str]:
+def runs_on(target: Target, isa: Mapping[str, bool]) -> list[str]:
     """Features the host lacks to run a wheel of this target (empty: it runs here)."""
     return [feature for feature in target.min_isa if not isa.get(feature)]
 
@@ -44,7 +45,7 @@ def target_arch(recipe: Recipe, described: str, wanted: str | None) -> str:
 
 def choose_target(
     recipe: Recipe, arch: str, isa: Mapping[str, bool], wanted: str | None, *, cross: bool = False
-) -> IsaTarget:
+) -> Target:
     """The target to build; a cross build's cmake takes no feature from the build machine, so
     what upstream's cmake would read from its /proc/cpuinfo blocks nothing there."""
     model = recipe.isa_models[arch]
@@ -70,7 +71,7 @@ def choose_target(
 
 def _best_target(
     recipe: Recipe, model: IsaModel, isa: Mapping[str, bool], *, cross: bool
-) -> IsaTarget:
+) -> Target:
     """The era's default target (one wheel for a mixed fleet), else the last (richest) target
     the host can both build exactly and run."""
     fitting = [

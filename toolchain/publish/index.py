@@ -33,9 +33,9 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from toolchain.errors import DataFileError, PublishError
-from toolchain.plan.recipes import ISA_MODELS_FILE, default_recipes_dir, load_isa_models
 from toolchain.publish import wheel_variants
 from toolchain.publish.index_check import validate
+from toolchain.targets import TargetCatalog, read_label, shipped_catalog
 from toolchain.util.files import file_lock, sha256_file
 from toolchain.wheelfile import check_wheel, core_metadata, read_manifest
 
@@ -67,27 +67,22 @@ class IndexedWheel:
         return hashlib.sha256(self.metadata).hexdigest()
 
 
-def target_min_isa(target: str, arch: str | None = None) -> tuple[str, ...] | None:
-    """Features a CPU needs for a build target (a local version label's last part)."""
-    for model in load_isa_models(default_recipes_dir() / ISA_MODELS_FILE).values():
-        if target in model.targets and arch in (None, model.arch):
-            return model.targets[target].min_isa
-    return None
-
-
-def variant_of(wheel: Path) -> tuple[str, tuple[str, ...]]:
-    """(variant, min_isa): from the toolkit's manifest, else from the `+cpu.TARGET` label."""
-    version = Version(str(parse_wheel_filename(wheel.name)[1]))
-    local = (version.local or "").split(".")
-    if not local or local[0] != "cpu":
+def variant_of(wheel: Path, catalog: TargetCatalog) -> tuple[str, tuple[str, ...]]:
+    """(variant, min_isa): from the toolkit's manifest, else from the `+cpu.TARGET` label, whose
+    target is looked up in the wheel's era and architecture."""
+    _, parsed, _, tags = parse_wheel_filename(wheel.name)
+    version = Version(str(parsed))
+    label = read_label(version)
+    if label is None:
         raise PublishError(
             f"{wheel.name}: version {version} has no '+cpu' label, and vLLM only picks its "
             "CPU platform when its version contains 'cpu'",
             hint="publish wheels built by `nox -s build-wheel` (they are tagged +cpu.TARGET)",
         )
     manifest = read_manifest(wheel) or {}
-    target = manifest.get("target_isa") or (local[1] if len(local) > 1 else "portable")
-    min_isa = manifest.get("min_isa") or target_min_isa(str(target)) or ()
+    target = manifest.get("target_isa") or label.variant
+    labelled = catalog.wheel_target(version, {tag.platform for tag in tags})
+    min_isa = manifest.get("min_isa") or (labelled.min_isa if labelled else ())
     if not isinstance(target, str) or not VARIANT_NAME.fullmatch(target):
         raise PublishError(
             f"{wheel.name}: target {target!r} is not a variant name (letters, digits, '_')",
@@ -98,13 +93,13 @@ def variant_of(wheel: Path) -> tuple[str, tuple[str, ...]]:
     return target, tuple(min_isa)
 
 
-def read_wheel(path: Path) -> IndexedWheel:
+def read_wheel(path: Path, catalog: TargetCatalog) -> IndexedWheel:
     try:
         check_wheel(path)
     except DataFileError as exc:
         raise PublishError(f"{exc.message}; nothing was published", hint=exc.hint) from exc
     name, version, _, _ = parse_wheel_filename(path.name)
-    variant, min_isa = variant_of(path)
+    variant, min_isa = variant_of(path, catalog)
     return index_entry(path, canonicalize_name(name), str(version), variant, min_isa)
 
 
@@ -299,15 +294,20 @@ class Published:
 
 
 def publish_index(
-    wheel_paths: Sequence[Path], root: Path, *, wheel_variants: bool = False
+    wheel_paths: Sequence[Path],
+    root: Path,
+    *,
+    wheel_variants: bool = False,
+    catalog: TargetCatalog | None = None,
 ) -> Published:
-    """Make `root` serve exactly these wheels; unchanged input changes nothing."""
+    """Make `root` serve exactly these wheels; unchanged input changes nothing. A wheel without
+    a manifest needs what its label's target needs in `catalog` (default: the shipped recipes)."""
     if root.exists() and not root.is_symlink():
         raise PublishError(
             f"{root} is a folder, not an index this tool made (a symlink to a generation)",
             hint="choose another --index-dir, or move that folder away",
         )
-    wheels = read_wheels(wheel_paths)
+    wheels = read_wheels(wheel_paths, catalog)
     try:
         root.parent.mkdir(parents=True, exist_ok=True)
         with file_lock(root.with_name(f".{root.name}.lock"), what="publish", wait=True):
@@ -355,11 +355,14 @@ def _remove_leftovers(root: Path, generations: Path) -> None:
         link.unlink(missing_ok=True)
 
 
-def read_wheels(wheel_paths: Sequence[Path]) -> tuple[IndexedWheel, ...]:
+def read_wheels(
+    wheel_paths: Sequence[Path], catalog: TargetCatalog | None = None
+) -> tuple[IndexedWheel, ...]:
     """Every wheel read and checked; PublishError naming the first that is not fit to publish."""
     if not wheel_paths:
         raise PublishError("no wheels to publish", hint="build one first: nox -s build-wheel")
-    wheels = tuple(read_wheel(path) for path in sorted(wheel_paths))
+    catalog = catalog or shipped_catalog()
+    wheels = tuple(read_wheel(path, catalog) for path in sorted(wheel_paths))
     _refuse_duplicates(wheels)
     return wheels
 

@@ -10,7 +10,6 @@ Reading the index is install_index's, matching the host host_match's; this modul
 
 from __future__ import annotations
 
-import platform
 import shlex
 import sys
 import urllib.parse
@@ -41,6 +40,7 @@ from toolchain.publish.served import (
 )
 from toolchain.runtime_deps import PipSources, RuntimePlan, plan_requirements
 from toolchain.settings import PYPI_SIMPLE
+from toolchain.targets import TargetCatalog
 from toolchain.util.index_env import CREDENTIALS_NOTE, shown_command
 
 NO_SOURCES = PipSources()  # pip's own configuration only
@@ -78,13 +78,13 @@ def plan_install(
     python: Path = Path(sys.executable),
     public_index: str = PYPI_SIMPLE,
     sources: PipSources = NO_SOURCES,
-    arch: str = platform.machine(),
+    catalog: TargetCatalog | None = None,
 ) -> InstallPlan:
     tags = supported_tags(python)
     listed: list[Candidate] = []
     skipped_names: list[tuple[str, str]] = []
     for simple, min_isa in runnable_indexes(index, host_isa, project):
-        mine, wheels = candidates(simple, project, min_isa, arch)
+        mine, wheels = candidates(simple, project, min_isa, catalog)
         listed += mine
         skipped_names += wheels.skipped
     skipped = Wheels(files=(), skipped=tuple(skipped_names))

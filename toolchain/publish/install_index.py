@@ -16,8 +16,15 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from toolchain.errors import DataFileError, PublishError
-from toolchain.publish.index import target_min_isa
-from toolchain.publish.served import Wheels, printable, read_variants_json, version_of, wheel_files
+from toolchain.publish.served import (
+    Wheels,
+    printable,
+    read_variants_json,
+    tags_of,
+    version_of,
+    wheel_files,
+)
+from toolchain.targets import UNNAMED_VARIANT, TargetCatalog, read_label, shipped_catalog
 from toolchain.util.simple_api import project_files, read_url
 from toolchain.wheelfile import metadata_requirements, requires_dist
 
@@ -87,23 +94,28 @@ def served_wheels(
 
 
 def candidates(
-    simple_url: str, project: str, min_isa: tuple[str, ...] | None = None, arch: str | None = None
+    simple_url: str,
+    project: str,
+    min_isa: tuple[str, ...] | None = None,
+    catalog: TargetCatalog | None = None,
 ) -> tuple[list[Candidate], Wheels]:
-    """The wheels on one simple index as candidates, and what was read (skipped names too)."""
+    """The wheels on one simple index as candidates, and what was read (skipped names too); a
+    wheel needs its variant's features, else its label's target's in its era (`catalog`)."""
     page_url = f"{simple_url.rstrip('/')}/{canonicalize_name(project)}/"
     wheels = served_wheels(page_url, project)
+    catalog = catalog or shipped_catalog()
     found = []
     for file in wheels.files:
         version = version_of(file.filename)
-        local = (version.local or "").split(".")
-        variant = local[1] if local[0] == "cpu" and len(local) > 1 else "portable"
+        label = read_label(version)
+        target = catalog.wheel_target(version, {tag.platform for tag in tags_of(file.filename)})
         found.append(
             Candidate(
                 filename=file.filename,
                 url=file.url,
                 version=version,
-                variant=variant,
-                min_isa=min_isa if min_isa is not None else target_min_isa(variant, arch) or (),
+                variant=label.variant if label else UNNAMED_VARIANT,
+                min_isa=min_isa if min_isa is not None else target.min_isa if target else (),
                 simple_url=simple_url,
                 metadata_url=file.url + ".metadata" if file.has_metadata else None,
             )

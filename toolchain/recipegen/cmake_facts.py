@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain.errors import DataFileError
-from toolchain.plan.recipes import IsaModel
+from toolchain.targets import IsaModel
 from toolchain.util.datafile import check_keys, load_toml, string_list, table
 from toolchain.util.platform import SUPPORTED_ARCHES
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from toolchain.plan.recipes import default_recipes_dir
 from toolchain.recipegen.new_recipe import files_read, shipped_patches
 from toolchain.recipegen.sdist import read_sdist, write_fixture
+from toolchain.targets import default_recipes_dir
 from toolchain.util.files import sha256_file
 
 

@@ -12,7 +12,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from toolchain.errors import DataFileError, UsageError
-from toolchain.plan.recipes import ISA_MODELS_FILE, load_isa_models, parse_recipe, recipe_path
+from toolchain.plan.recipes import parse_recipe, recipe_path
 from toolchain.recipegen import facts
 from toolchain.recipegen.cmake_facts import (
     ERAS_FILE,
@@ -40,6 +40,7 @@ from toolchain.recipegen.sdist import (
     patch_targets,
     read_sdist,
 )
+from toolchain.targets import ISA_MODELS_FILE, load_isa_models
 from toolchain.util.files import atomic_path
 from toolchain.util.platform import SUPPORTED_ARCHES
 

@@ -6,17 +6,14 @@ op libraries (loaded with torch.ops.load_library), not Python modules.
 
 from __future__ import annotations
 
-import functools
 import signal
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from toolchain.errors import KernelCheckError
+from toolchain.targets import tier_needs, tier_picks
 from toolchain.util import run
-from toolchain.util.datafile import load_toml, string, string_list, table
 
 LOAD = "import sys, torch; torch.ops.load_library(sys.argv[1])"
 FIND_PACKAGE = (
@@ -33,33 +30,6 @@ class KernelLoad:
     status: str  # "ok", "sigill" or "error"
     lacking: tuple[str, ...] = ()
     detail: str = ""
-
-
-def _tiers_file() -> tuple[Path, dict[str, Any]]:
-    path = Path(str(resources.files("toolchain") / "data" / "kernel-tiers.toml"))
-    return path, load_toml(path)
-
-
-@functools.cache
-def tier_needs(arch: str) -> Mapping[str, tuple[str, ...]]:
-    path, data = _tiers_file()
-    needs = table(data, "needs", where=str(path))
-    if arch not in needs:
-        return {}
-    tiers = table(needs, arch, where=f"{path} [needs]")
-    return {name: string_list(tiers, name, where=f"{path} [needs.{arch}]") for name in tiers}
-
-
-@functools.cache
-def tier_picks(arch: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """(tier, features it needs to be picked), in the order vLLM tries them."""
-    path, data = _tiers_file()
-    where = f"{path} [[pick.{arch}]]"
-    entries = table(data, "pick", where=str(path)).get(arch, [])
-    return tuple(
-        (string(entry, "tier", where=where), string_list(entry, "when", where=where))
-        for entry in entries
-    )
 
 
 def picked_tier(arch: str, isa: Mapping[str, bool], shipped: Iterable[str]) -> str | None:

@@ -20,7 +20,8 @@ from toolchain.errors import BuildError, BusyError, SourceError, UsageError
 from toolchain.options import BuildOptions
 from toolchain.plan.buildplan import BuildPlan, Step
 from toolchain.plan.planner import plan_build
-from toolchain.plan.recipes import default_recipes_dir, load_recipe
+from toolchain.plan.recipes import load_recipe
+from toolchain.targets import default_recipes_dir
 from toolchain.util.compile_cache import parse_cache
 
 

@@ -11,7 +11,8 @@ import pytest
 from packaging.version import Version
 
 from toolchain.errors import DataFileError, UsageError
-from toolchain.plan.recipes import default_recipes_dir, known_versions, load_isa_models, load_recipe
+from toolchain.plan.recipes import known_versions, load_recipe
+from toolchain.targets import default_recipes_dir, load_isa_models
 
 RECIPES = Path(__file__).resolve().parents[3] / "recipes"
 
@@ -169,7 +170,7 @@ def test_isa_model_with_unknown_feature_is_refused(tmp_path: Path) -> None:
         '[m]\narch = "x86_64"\nsummary = "s"\n[m.targets.t]\nmin_isa = ["avx512bf16"]\n'
     )
     with pytest.raises(
-        DataFileError, match=r"\[m.targets.t\]: unknown feature names \['avx512bf16'\]"
+        DataFileError, match=r"\[m.targets.t\]: key 'min_isa': unknown values \['avx512bf16'\]"
     ):
         load_isa_models(path)
 
