@@ -23,8 +23,8 @@ NEW_RECIPE_FLAGS = settings_named("recipes", "index_url", "work_dir")
 def cmd_new_recipe(args: argparse.Namespace) -> int:
     from toolchain.compile.sources import fetch_new_sdist
     from toolchain.options import work_dir
-    from toolchain.targets import default_recipes_dir
     from toolchain.recipegen.new_recipe import generate, refuse_existing, write_recipe
+    from toolchain.targets import default_recipes_dir
     from toolchain.util.files import sha256_file
 
     values = settings_values(args)
