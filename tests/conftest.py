@@ -33,6 +33,22 @@ MEMINFO = FIXTURES / "meminfo"
 REAL_WORK_MARKERS = ("compile", "integration", "slow", "vllm")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--network", action="store_true", help="also run the tests marked network (pypi.org)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that need the internet are skipped, with the flag that runs them, unless asked."""
+    if config.getoption("--network"):
+        return
+    skip = pytest.mark.skip(reason="needs the internet: run with --network")
+    for item in items:
+        if item.get_closest_marker("network"):
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def _no_stray_processes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     if any(request.node.get_closest_marker(name) for name in REAL_WORK_MARKERS):

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import shutil
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ from packaging.version import Version
 from toolchain.errors import DataFileError, UsageError
 from toolchain.plan.recipes import known_versions, load_recipe
 from toolchain.targets import default_recipes_dir, load_isa_models
+from toolchain.util.simple_api import IndexFile, parse_project_page, project_files
 
 RECIPES = Path(__file__).resolve().parents[3] / "recipes"
 
@@ -175,19 +174,26 @@ def test_isa_model_with_unknown_feature_is_refused(tmp_path: Path) -> None:
         load_isa_models(path)
 
 
-def _pypi_sha256(filename: str) -> str | None:
-    project = filename.split("-")[0]
-    request = urllib.request.Request(
-        f"https://pypi.org/simple/{project}/",
-        headers={"Accept": "application/vnd.pypi.simple.v1+json"},
+PYPI_PAGE = Path(__file__).resolve().parents[2] / "fixtures" / "pypi" / "vllm-simple.json"
+PYPI_URL = "https://pypi.org/simple/vllm/"
+
+
+def _sha256_of(files: list[IndexFile], filename: str) -> str | None:
+    return next((f.sha256 for f in files if f.filename == filename), None)
+
+
+@pytest.mark.parametrize("version", known_versions(RECIPES))
+def test_recipe_sdist_hash_matches_the_saved_pypi_page(version: str) -> None:
+    """PyPI's page for vllm as saved (tests/fixtures/pypi/README.md); its live twin is below."""
+    recipe = load_recipe(RECIPES, version)
+    files = parse_project_page(
+        PYPI_PAGE.read_bytes(), "application/vnd.pypi.simple.v1+json", PYPI_URL
     )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        files = json.load(response)["files"]
-    return next((f["hashes"]["sha256"] for f in files if f["filename"] == filename), None)
+    assert _sha256_of(files, recipe.sdist) == recipe.sha256
 
 
-@pytest.mark.integration
+@pytest.mark.network
 @pytest.mark.parametrize("version", known_versions(RECIPES))
 def test_recipe_sdist_hash_matches_pypi(version: str) -> None:
     recipe = load_recipe(RECIPES, version)
-    assert _pypi_sha256(recipe.sdist) == recipe.sha256
+    assert _sha256_of(project_files(PYPI_URL), recipe.sdist) == recipe.sha256

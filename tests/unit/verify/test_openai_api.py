@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from toolchain.verify.openai_api import exercise, prompt_counter, sse_events
 
 METRICS = """# HELP vllm:prompt_tokens_total Number of prefill tokens processed.
@@ -26,9 +28,37 @@ def _stream(chunks: int, usage: dict[str, int] | None) -> bytes:
     return "".join(lines).encode()
 
 
+class FakeClock:
+    """openai_api's `time`: sleeping moves the clock on at once, so waits cost no real time."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr("toolchain.verify.openai_api.time", fake)
+    return fake
+
+
 class FakeServer:
-    def __init__(self, metrics: str = METRICS, stream: bytes = _stream(8, _usage(13))) -> None:
+    def __init__(
+        self,
+        metrics: str = METRICS,
+        stream: bytes = _stream(8, _usage(13)),
+        late_metrics: list[str] | None = None,
+    ) -> None:
         self.metrics, self.stream = metrics, stream
+        self.late_metrics = late_metrics or []  # answers before `metrics`: a lagging counter
         self.requests: list[tuple[str, Any]] = []
 
     def __call__(
@@ -40,7 +70,7 @@ class FakeServer:
         if path == "/v1/models":
             return 200, json.dumps({"data": [{"id": "m"}]}).encode()
         if path == "/metrics":
-            return 200, self.metrics.encode()
+            return 200, (self.late_metrics.pop(0) if self.late_metrics else self.metrics).encode()
         if payload and payload.get("stream"):
             return 200, self.stream
         prompt = 2 if path == "/v1/completions" else 4
@@ -57,17 +87,25 @@ def test_all_endpoints_and_a_matching_prompt_counter_pass() -> None:
     assert server.requests[3][1]["stream_options"] == {"include_usage": True}
 
 
-def test_a_counter_that_disagrees_with_the_usage_is_a_problem(monkeypatch) -> None:
-    monkeypatch.setattr("toolchain.verify.openai_api.time.sleep", lambda _: None)
+def test_a_counter_that_disagrees_with_the_usage_is_a_problem(clock: FakeClock) -> None:
     server = FakeServer(metrics=METRICS.replace(" 19.0", " 25.0"))
     report = exercise("http://127.0.0.1:8000", "m", server)
     assert report.problems == [
         "/metrics vllm:prompt_tokens_total is 25.0, but the responses reported 19 prompt tokens"
     ]
+    # asked once a second until the 10 s the engine's logger may lag had passed
+    assert sum(clock.slept) == 11 and [p for p, _ in server.requests].count("/metrics") == 12
 
 
-def test_a_stream_without_usage_or_chunks_is_a_problem(monkeypatch) -> None:
-    monkeypatch.setattr("toolchain.verify.openai_api.time.sleep", lambda _: None)
+def test_a_counter_that_catches_up_within_the_wait_passes(clock: FakeClock) -> None:
+    behind = METRICS.replace(" 19.0", " 6.0")
+    server = FakeServer(late_metrics=[behind, behind])
+    report = exercise("http://127.0.0.1:8000", "m", server)
+    assert report.problems == [] and report.details["metrics_prompt_tokens"] == 19.0
+    assert clock.slept == [1, 1]
+
+
+def test_a_stream_without_usage_or_chunks_is_a_problem(clock: FakeClock) -> None:
     report = exercise("http://127.0.0.1:8000", "m", FakeServer(stream=_stream(1, None)))
     assert "streaming /v1/completions answered 200 with 1 text chunks and no usage event" in (
         report.problems
