@@ -51,7 +51,15 @@ class BuildOptions:
 
 
 def _optional_path(value: str | None) -> Path | None:
-    return Path(value).expanduser() if value else None
+    return _expanded(value) if value else None
+
+
+def _expanded(value: str) -> Path:
+    """`~` and `~user` expanded; a user this machine does not have is a usage error."""
+    try:
+        return Path(value).expanduser()
+    except RuntimeError as exc:  # pathlib: "Could not determine home directory."
+        raise UsageError(f"{value}: no such user's home folder on this machine") from exc
 
 
 def find_links(values: Mapping[str, Any]) -> tuple[Path, ...]:
@@ -59,7 +67,7 @@ def find_links(values: Mapping[str, Any]) -> tuple[Path, ...]:
 
 
 def work_dir(values: Mapping[str, Any]) -> Path:
-    return Path(values["work_dir"]).expanduser()
+    return _expanded(values["work_dir"])
 
 
 def build_options(values: Mapping[str, Any]) -> BuildOptions:
