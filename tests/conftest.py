@@ -86,6 +86,17 @@ def _no_network(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(socket, "getaddrinfo", loopback_only)
 
 
+@pytest.fixture(autouse=True)
+def _no_machine_pip_config(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unit tests see no pip configuration of this machine (install-command reads it); tests that
+    run real pip keep it (a machine's find-links may be its only way to packages)."""
+    if any(request.node.get_closest_marker(name) for name in REAL_WORK_MARKERS):
+        return
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    for variable in ("PIP_INDEX_URL", "PIP_PYPI_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS"):
+        monkeypatch.delenv(variable, raising=False)
+
+
 Answer = tuple[int, str] | Callable[[list[str]], tuple[int, str]]
 
 

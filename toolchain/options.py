@@ -100,7 +100,7 @@ def build_options(values: Mapping[str, Any]) -> BuildOptions:
         work_dir=work_dir(values),
         wheel_dir=Path(values["wheel_dir"]),
         reserve_bytes=values["reserve_mib"] * MIB,
-        index_url=checked_url(values["index_url"], "--index-url"),
+        index_url=_url(values, "index_url") or PYPI_SIMPLE,
         allow_cuda_torch=values["allow_cuda_torch"],
         cache=_compile_cache(values, dist),
         build_type=values["build_type"],
@@ -137,7 +137,7 @@ class PublishOptions:
     index_dir: Path
     upload: str | None
     work_dir: Path
-    index_url: str  # the public index, for install-command's requirements
+    index_url: str | None  # the public index for install-command's requirements, when given
     sources: PipSources
     wheel_variants: bool = False
     recipes: Path = field(default_factory=default_recipes_dir)  # whose targets label wheels
@@ -149,7 +149,7 @@ def publish_options(values: Mapping[str, Any]) -> PublishOptions:
         index_dir=Path(values["index_dir"]),
         upload=_url(values, "upload"),
         work_dir=work_dir(values),
-        index_url=checked_url(values["index_url"], "--index-url"),
+        index_url=_url(values, "index_url"),
         sources=pip_sources(values),
         wheel_variants=bool(values["wheel_variants"]),
         recipes=Path(values["recipes"]) if values.get("recipes") else default_recipes_dir(),

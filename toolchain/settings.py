@@ -91,8 +91,8 @@ BUILD_SETTINGS = (
     Setting(name="recipes", help="recipes folder (default: the ones shipped with the toolkit)"),
     Setting(
         name="index_url",
-        default=PYPI_SIMPLE,
-        help="public index: the vLLM sdist, install-command's requirements (default: PyPI)",
+        help="public index: the vLLM sdist, install-command's requirements (default: PyPI; "
+        "install-command: pip's configured index-url, else PyPI)",
     ),
     Setting(
         name="cache",

@@ -141,6 +141,6 @@ def test_a_misspelled_architecture_in_gxx_min_is_refused(tmp_path: Path) -> None
 def test_publish_refuses_a_catalog_with_a_misspelled_key(tmp_path: Path) -> None:
     folder = _recipes_with_target(tmp_path)
     models = folder / ISA_MODELS_FILE
-    models.write_text(models.read_text().replace("onednn_isa = \"AMX\"\n", "onednn = \"AMX\"\n"))
+    models.write_text(models.read_text().replace('onednn_isa = "AMX"\n', 'onednn = "AMX"\n'))
     with pytest.raises(DataFileError, match=r"unknown keys \['onednn'\]"):
         load_catalog(folder)

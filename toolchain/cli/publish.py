@@ -66,6 +66,7 @@ def cmd_install_command(args: argparse.Namespace) -> int:
     from toolchain.detect.host import detect_host
     from toolchain.options import publish_options
     from toolchain.publish.install_command import plan_install, plan_uv_install
+    from toolchain.publish.pip_config import python_prefix, read_pip_config
     from toolchain.targets import load_catalog
     from toolchain.util import run
     from toolchain.util.index_env import secret_indexes_to_env, with_env
@@ -89,6 +90,7 @@ def cmd_install_command(args: argparse.Namespace) -> int:
         "python": args.python,
         "public_index": options.index_url,
         "sources": options.sources,
+        "pip_config": read_pip_config(os.environ, python_prefix(args.python)),
     }
     isa = detect_host().isa
     if args.installer == "uv":

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolchain.cli.common import existing_file, settings_values
 from toolchain.errors import UsageError
-from toolchain.settings import add_setting_flags, settings_named
+from toolchain.settings import PYPI_SIMPLE, add_setting_flags, settings_named
 from toolchain.util.report import reporter
 from toolchain.util.urls import checked_url
 
@@ -41,7 +41,7 @@ def cmd_new_recipe(args: argparse.Namespace) -> int:
         sdist, sha256 = fetch_new_sdist(
             sdist=f"vllm-{version}.tar.gz",
             cache_root=work_dir(values) / "sdists",
-            index_url=checked_url(values["index_url"], "--index-url"),
+            index_url=checked_url(values["index_url"] or PYPI_SIMPLE, "--index-url"),
         )
     generated = generate(version, sdist, sha256, recipes_dir)
     path = write_recipe(generated, to, force=args.force)

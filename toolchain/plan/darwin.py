@@ -183,9 +183,7 @@ def _fits(target: Target, isa: dict[str, bool]) -> bool:
     )
 
 
-def mac_target(
-    recipe: Recipe, model: IsaModel, isa: dict[str, bool], wanted: str | None
-) -> Target:
+def mac_target(recipe: Recipe, model: IsaModel, isa: dict[str, bool], wanted: str | None) -> Target:
     """The one target upstream's cmake builds on this Mac; --target may only name that one."""
     fitting = [t for t in model.targets.values() if _fits(t, isa)]
     if not fitting:

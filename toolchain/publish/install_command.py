@@ -30,6 +30,8 @@ from toolchain.publish.install_index import (
     runnable_indexes,
     served_wheels,
 )
+from toolchain.publish.pip_config import PipConfig
+from toolchain.publish.public_sources import PublicSources
 from toolchain.publish.served import (
     Wheels,
     nothing_left,
@@ -39,11 +41,11 @@ from toolchain.publish.served import (
     version_of,
 )
 from toolchain.runtime_deps import PipSources, RuntimePlan, plan_requirements
-from toolchain.settings import PYPI_SIMPLE
 from toolchain.targets import TargetCatalog
 from toolchain.util.index_env import CREDENTIALS_NOTE, shown_command
 
 NO_SOURCES = PipSources()  # pip's own configuration only
+NO_PIP_CONFIG = PipConfig()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,9 +78,10 @@ def plan_install(
     project: str = "vllm",
     version: str | None = None,
     python: Path = Path(sys.executable),
-    public_index: str = PYPI_SIMPLE,
+    public_index: str | None = None,
     sources: PipSources = NO_SOURCES,
     catalog: TargetCatalog | None = None,
+    pip_config: PipConfig = NO_PIP_CONFIG,
 ) -> InstallPlan:
     tags = supported_tags(python)
     listed: list[Candidate] = []
@@ -93,19 +96,16 @@ def plan_install(
     chosen = choose(installable(listed, tags, python), host_isa, version)
     deps = plan_requirements(candidate_requirements(chosen))
     pip = (str(python), "-m", "pip", "install")
-    commands, notes = [], list(skipped.warnings())
-    if deps.install:
-        torch = next((r for r in deps.install if r.startswith("torch==")), None)
-        if torch and not sources.torch_index_reachable and not sources.find_links:
-            notes.append(
-                f"{torch} is not on PyPI and {sources.torch_index or 'no PyTorch index'} is "
-                "unreachable: it must come from pip's own configuration (or give --find-links)"
-            )
-        public = ("--index-url", public_index, *sources.args(torch=bool(torch)))
-        commands.append((*pip, *public, *deps.install))
+    public = PublicSources(index_url=public_index, sources=sources, pip_config=pip_config)
+    commands, notes = public.commands(pip, deps, reads_pip_config=True)
     internal = ("--index-url", chosen.simple_url, "--no-deps", f"{project}=={chosen.version}")
     commands.append((*pip, *internal))
-    return InstallPlan(chosen=chosen, deps=deps, commands=tuple(commands), notes=tuple(notes))
+    return InstallPlan(
+        chosen=chosen,
+        deps=deps,
+        commands=tuple(commands),
+        notes=(*skipped.warnings(), *notes),
+    )
 
 
 def plan_uv_install(
@@ -116,8 +116,9 @@ def plan_uv_install(
     project: str = "vllm",
     version: str | None = None,
     python: Path = Path(sys.executable),
-    public_index: str = PYPI_SIMPLE,
+    public_index: str | None = None,
     sources: PipSources = NO_SOURCES,
+    pip_config: PipConfig = NO_PIP_CONFIG,
 ) -> InstallPlan:
     """uv's commands for the wheel-variants index. uv itself picks the variant by the CPU's
     x86-64 level; the plan says which one it should pick here."""
@@ -159,16 +160,13 @@ def plan_uv_install(
     )
     deps = plan_requirements(candidate_requirements(chosen))
     install = (uv, "pip", "install", "--python", str(python))
-    commands = []
-    if deps.install:
-        torch = next((r for r in deps.install if r.startswith("torch==")), None)
-        commands.append(
-            (*install, "--index-url", public_index, *sources.args(torch=bool(torch)), *deps.install)
-        )
+    public = PublicSources(index_url=public_index, sources=sources, pip_config=pip_config)
+    commands, public_notes = public.commands(install, deps, reads_pip_config=False)
     internal = ("--preview-features", "wheel-variants", "--index-url", simple, "--no-deps")
     commands.append((*install, *internal, f"{project}=={wanted[-1]}"))
     notes = [
         *wheels.warnings(),
+        *public_notes,
         f"uv picks by this CPU's x86-64 level ({level or 'below v3'}): expect {expected.filename}",
     ]
     return InstallPlan(chosen=chosen, deps=deps, commands=tuple(commands), notes=tuple(notes))
