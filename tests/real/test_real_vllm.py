@@ -26,7 +26,7 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "toolchain" / "verify" / "script
 @pytest.mark.vllm
 def test_vllm_0_32_builds_loads_its_kernels_and_generates(tmp_path: Path) -> None:
     if not os.environ.get("VCB_SOURCES"):
-        pytest.fail("set VCB_SOURCES to the source mirror (see README: fetch-sources)")
+        pytest.fail("set VCB_SOURCES to the source mirror (see docs/build.md: `fetch-sources`)")
     wheel_dir = tmp_path / "wheels"
     assert main(["build-wheel", "--vllm", "0.32.0", "--wheel-dir", str(wheel_dir)]) == 0
     (wheel,) = wheel_dir.glob("vllm-0.32.0+cpu.portable-*.whl")

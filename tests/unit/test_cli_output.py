@@ -169,7 +169,7 @@ def test_json_is_read_through_one_helper() -> None:
     assert readers == []
 
 
-# F21: every hint names commands, sessions, flags, files and README parts that exist
+# F21: every hint names commands, sessions, flags, files and doc parts that exist
 FLAG = re.compile(r"--[a-z][\w-]*")
 SPAN = re.compile(
     r"`([^`]+)`|nox -s [\w-]+(?: -- [^;,()`]*)?|python -m toolchain[^;,()`]*"
@@ -261,20 +261,26 @@ def _in_spans(hint: str) -> list[str]:
 
 def _outside_spans(hint: str, command: str | None) -> list[str]:
     """Flags outside command spans: `command`'s (the one that printed the hint), or, when
-    that is not known, some command's; files and README parts that exist."""
+    that is not known, some command's; files and parts of the README or a docs/ page that exist
+    (`(docs/plan.md: Targets)` names a `## Targets` heading or a `**Targets**` paragraph there)."""
     flags = _flags_by_command()
     allowed = flags[command] if command is not None else set().union(*flags.values())
     rest = SPAN.sub(" ", hint)
     wrong = [f"{f} of {command or 'any command'}" for f in FLAG.findall(rest) if f not in allowed]
     paths = re.findall(r"\b(?:recipes|docs)/[\w./-]+\w", hint)
     wrong += [f"file {p}" for p in paths if "{}" not in p and not (ROOT / p).exists()]
-    readme = (ROOT / "README.md").read_text()
-    names = [name for part in re.findall(r"README: ([^)]+)", hint) for name in part.split(", ")]
-    return wrong + [
-        f"README {name}"
-        for name in names
-        if f"## {name}" not in readme and f"**{name}**" not in readme
+    parts = [
+        (page, name)
+        for page, names in re.findall(r"(README|docs/[\w-]+\.md): ([^)]+)", hint)
+        for name in names.split(", ")
     ]
+    return wrong + [f"{page} {name}" for page, name in parts if not _doc_has(page, name)]
+
+
+def _doc_has(page: str, name: str) -> bool:
+    path = ROOT / ("README.md" if page == "README" else page)
+    text = path.read_text() if path.is_file() else ""
+    return f"## {name}" in text or f"**{name}**" in text
 
 
 def wrong_references(hint: str, command: str | None = None) -> list[str]:
@@ -293,6 +299,11 @@ def test_the_checker_finds_what_was_wrong() -> None:
     """The hints #31 found misleading, as they were: each one is caught."""
     assert wrong_references("see: python -m toolchain toolchain --help") == ["command toolchain"]
     assert wrong_references("build one with a lower --target (README: Targets)", "install-command")
+    assert wrong_references("(docs/plan.md: Nowhere)") == ["docs/plan.md Nowhere"]
+    assert wrong_references("(docs/none.md: Targets)") == [
+        "file docs/none.md",
+        "docs/none.md Targets",
+    ]
     assert wrong_references("or --find-links; schemes: http", "publish") == [
         "--find-links of publish"
     ]

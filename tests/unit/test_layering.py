@@ -1,4 +1,4 @@
-"""The code map of the README holds: each stage imports only what its row allows."""
+"""The code map of docs/development.md holds: each stage imports only what its row allows."""
 
 from __future__ import annotations
 

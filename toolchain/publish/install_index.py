@@ -30,7 +30,7 @@ from toolchain.wheelfile import metadata_requirements, requires_dist
 
 NO_VARIANT_HINT = (
     "publish a wheel this CPU runs: build one for a lower target (`build-wheel --target T`; "
-    "README: `plan`, Targets)"
+    "docs/plan.md: `plan`, Targets)"
 )
 
 
