@@ -114,10 +114,10 @@ def test_the_import_checker_sees_a_dependency() -> None:
     assert "toolchain.plan.recipes" in imports_of("toolchain.plan.planner")
 
 
-# the exit codes of the README: `Exit codes (...): 0 fine, 1 ..., 2 usage, ...`
+# the exit codes of docs/cli.md: `Exit codes (...): 0 fine, 1 ..., 2 usage, ...`
 def documented_exit_codes() -> dict[int, str]:
-    readme = (ROOT / "README.md").read_text()
-    table = readme[readme.index("Exit codes (every command") :].split("\n\n")[0]
+    page = (ROOT / "docs" / "cli.md").read_text()
+    table = page[page.index("Exit codes (every command") :].split("\n\n")[0]
     table = table.split("):", 1)[1]
     return {int(code): text.strip() for code, text in re.findall(r"(\d+) ([^,]+)", table)}
 
