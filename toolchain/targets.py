@@ -176,6 +176,15 @@ def tier_picks(arch: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     )
 
 
+def picked_tier(arch: str, isa: Mapping[str, bool], shipped: Iterable[str]) -> str | None:
+    """The kernel library vLLM loads on a CPU with `isa`, among the tiers a wheel ships."""
+    shipped = list(shipped)
+    for tier, when in tier_picks(arch):
+        if tier in shipped and all(isa.get(feature) for feature in when):
+            return tier
+    return shipped[0] if len(shipped) == 1 else None
+
+
 @dataclass(frozen=True, kw_only=True)
 class TargetCatalog:
     """Every era the recipes know: (release, {platform: model}), oldest first. A platform is an

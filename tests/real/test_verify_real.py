@@ -25,8 +25,8 @@ import pytest
 
 from toolchain.cli import main
 from toolchain.detect.host import detect_host
+from toolchain.targets import picked_tier
 from toolchain.util.units import GIB
-from toolchain.verify.kernels import picked_tier
 from toolchain.verify.memflag import DEFAULT_UTILIZATION, node_memory, reservation
 from toolchain.wheelfile import replace_files
 

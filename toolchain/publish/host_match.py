@@ -14,6 +14,7 @@ from toolchain.errors import PublishError
 from toolchain.publish import wheel_variants
 from toolchain.publish.install_index import NO_VARIANT_HINT, Candidate
 from toolchain.publish.served import tags_of, variant_label
+from toolchain.targets import picked_tier, tier_needs
 from toolchain.util import run
 from toolchain.util.simple_api import IndexFile
 
@@ -64,7 +65,32 @@ def choose(
             f"no wheel on the index runs on this CPU (of {sorted(c.filename for c in wanted)})",
             hint=NO_VARIANT_HINT,
         )
-    return max(runnable, key=lambda c: (Version(c.version.public), len(c.min_isa), c.filename))
+    return max(runnable, key=lambda c: preference(c, host_isa))
+
+
+def preference(candidate: Candidate, host_isa: Mapping[str, bool]) -> tuple[Version, int, int, str]:
+    """How well a build suits this CPU, higher is better: its release; then how many features the
+    code this CPU would run in it uses; then the leaner build (fewer kernel tiers: `avx2` before
+    `portable`, which carries tiers this CPU cannot use); the file name only to break a tie the
+    same way each time."""
+    target = candidate.target
+    tiers = max(len(target.kernel_tiers), 1) if target else 1  # no tiers: the era's one `_C`
+    return (
+        Version(candidate.version.public),
+        len(code_needs(candidate, host_isa)),
+        -tiers,
+        candidate.filename,
+    )
+
+
+def code_needs(candidate: Candidate, host_isa: Mapping[str, bool]) -> tuple[str, ...]:
+    """The features the code this CPU runs in the wheel was compiled for: the kernel tier vLLM
+    loads here, for a wheel with tiers; else the wheel's own needs."""
+    target = candidate.target
+    if target is None or not target.kernel_tiers:
+        return candidate.min_isa
+    tier = picked_tier(target.arch, host_isa, target.kernel_tiers)
+    return tier_needs(target.arch).get(tier or "", candidate.min_isa)
 
 
 def uv_pick(files: Sequence[IndexFile], level: str | None) -> IndexFile | None:

@@ -24,7 +24,13 @@ from toolchain.publish.served import (
     version_of,
     wheel_files,
 )
-from toolchain.targets import UNNAMED_VARIANT, TargetCatalog, read_label, shipped_catalog
+from toolchain.targets import (
+    UNNAMED_VARIANT,
+    Target,
+    TargetCatalog,
+    read_label,
+    shipped_catalog,
+)
 from toolchain.util.simple_api import project_files, read_url
 from toolchain.wheelfile import metadata_requirements, requires_dist
 
@@ -43,6 +49,7 @@ class Candidate:
     min_isa: tuple[str, ...]
     metadata_url: str | None
     simple_url: str
+    target: Target | None = None  # None: no era of its platform knows its label
 
 
 def fetch(url: str) -> bytes:
@@ -118,6 +125,7 @@ def candidates(
                 min_isa=min_isa if min_isa is not None else target.min_isa if target else (),
                 simple_url=simple_url,
                 metadata_url=file.url + ".metadata" if file.has_metadata else None,
+                target=target,
             )
         )
     return found, wheels

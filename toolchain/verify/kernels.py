@@ -7,12 +7,12 @@ op libraries (loaded with torch.ops.load_library), not Python modules.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain.errors import KernelCheckError
-from toolchain.targets import tier_needs, tier_picks
+from toolchain.targets import tier_needs
 from toolchain.util import run
 
 LOAD = "import sys, torch; torch.ops.load_library(sys.argv[1])"
@@ -30,15 +30,6 @@ class KernelLoad:
     status: str  # "ok", "sigill" or "error"
     lacking: tuple[str, ...] = ()
     detail: str = ""
-
-
-def picked_tier(arch: str, isa: Mapping[str, bool], shipped: Iterable[str]) -> str | None:
-    """The kernel library vLLM loads on a CPU with `isa`, among the tiers a wheel ships."""
-    shipped = list(shipped)
-    for tier, when in tier_picks(arch):
-        if tier in shipped and all(isa.get(feature) for feature in when):
-            return tier
-    return shipped[0] if len(shipped) == 1 else None
 
 
 def tier_of(library: Path) -> str:

@@ -14,6 +14,7 @@ from toolchain.cli import main
 from toolchain.detect.host import Host, detect_host
 from toolchain.errors import KernelCheckError, UsageError
 from toolchain.runtime_deps import RuntimePlan
+from toolchain.targets import picked_tier
 from toolchain.util.units import GIB
 from toolchain.verify.checks.imports import check_import
 from toolchain.verify.checks.isa import check_isa
@@ -21,7 +22,7 @@ from toolchain.verify.checks.memory import check_memory
 from toolchain.verify.checks.spawn import check_spawn
 from toolchain.verify.checks.threads import check_threads
 from toolchain.verify.environment import check_install, interpreter_for, probe
-from toolchain.verify.kernels import KernelLoad, picked_tier
+from toolchain.verify.kernels import KernelLoad
 from toolchain.verify.memflag import NodeMemory, reservation
 from toolchain.verify.results import FAIL, PASS, SKIP, WARN, render
 from toolchain.verify.spawn_lint import Finding

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolchain.detect.host import Host
+from toolchain.targets import picked_tier
 from toolchain.verify.checks import Check
-from toolchain.verify.kernels import KernelLoad, describe, load_kernels, picked_tier
+from toolchain.verify.kernels import KernelLoad, describe, load_kernels
 from toolchain.verify.results import FAIL, PASS, WARN, CheckResult
 
 if TYPE_CHECKING:
