@@ -93,10 +93,11 @@ def cmd_install_command(args: argparse.Namespace) -> int:
         "pip_config": read_pip_config(os.environ, python_prefix(args.python)),
     }
     isa = detect_host().isa
+    catalog = load_catalog(options.recipes)
     if args.installer == "uv":
-        plan = plan_uv_install(index, isa, uv=_find_uv(), **common)
+        plan = plan_uv_install(index, isa, uv=_find_uv(), catalog=catalog, **common)
     else:
-        plan = plan_install(index, isa, catalog=load_catalog(options.recipes), **common)
+        plan = plan_install(index, isa, catalog=catalog, **common)
     print(redact(plan.render()))
     if args.run:
         log = options.work_dir / "install.log"

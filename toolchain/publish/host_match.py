@@ -2,37 +2,68 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import packaging
+from packaging.markers import default_environment
 from packaging.tags import Tag, parse_tag, sys_tags
 from packaging.version import Version
 
-from toolchain.errors import PublishError
+from toolchain.errors import PublishError, UsageError
 from toolchain.publish import wheel_variants
 from toolchain.publish.install_index import NO_VARIANT_HINT, Candidate
-from toolchain.publish.served import tags_of, variant_label
+from toolchain.publish.served import printable, tags_of, variant_label
 from toolchain.targets import picked_tier, tier_needs
 from toolchain.util import run
 from toolchain.util.simple_api import IndexFile
 
 # Run by the target Python with this toolkit's (pure-Python) packaging on its path: a venv made
 # for uv has no pip to ask.
-TAGS_OF = (
-    "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from packaging.tags import sys_tags; print(*sys_tags())"
+FACTS_OF = (
+    "import json, sys; sys.path.insert(0, sys.argv[1]); "
+    "from packaging.markers import default_environment; from packaging.tags import sys_tags; "
+    "print(json.dumps({'tags': [str(t) for t in sys_tags()], 'markers': default_environment()}))"
 )
 
 
-def supported_tags(python: Path) -> frozenset[Tag]:
-    """The wheel tags `python` installs (asked of it, with this toolkit's packaging)."""
+@dataclass(frozen=True, kw_only=True)
+class PythonFacts:
+    """What the Python a wheel goes into takes: wheel tags, and its requirement markers'
+    environment (its platform_machine, python_version: not this toolkit's)."""
+
+    python: Path
+    tags: frozenset[Tag]
+    markers: Mapping[str, str]
+
+    @property
+    def machine(self) -> str:
+        return self.markers.get("platform_machine", "")
+
+
+def python_facts(python: Path) -> PythonFacts:
+    """The facts of `python` (asked of it, with this toolkit's packaging)."""
     if Path(python) == Path(sys.executable):
-        return frozenset(sys_tags())
+        return PythonFacts(
+            python=python,
+            tags=frozenset(sys_tags()),
+            markers={k: str(v) for k, v in default_environment().items()},
+        )
     packaging_parent = Path(packaging.__file__).resolve().parent.parent
-    output = run.capture([python, "-c", TAGS_OF, packaging_parent], timeout=120)
-    return frozenset(t for line in output.stdout.split() for t in parse_tag(line))
+    output = run.capture([python, "-c", FACTS_OF, packaging_parent], timeout=120)
+    try:
+        answer = json.loads(output.stdout)
+        tags = frozenset(t for line in answer["tags"] for t in parse_tag(line))
+        markers = {str(key): str(value) for key, value in answer["markers"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UsageError(
+            f"--python {python} did not say which wheels it takes: {printable(str(exc))}",
+            hint="give a CPython 3.9+ interpreter",
+        ) from exc
+    return PythonFacts(python=python, tags=tags, markers=markers)
 
 
 def installable(listed: Sequence[Candidate], tags: frozenset[Tag], python: Path) -> list[Candidate]:

@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 
 from toolchain.errors import PublishError
 from toolchain.publish import wheel_variants
-from toolchain.publish.host_match import choose, installable, supported_tags, uv_pick
+from toolchain.publish.host_match import PythonFacts, choose, installable, python_facts, uv_pick
 from toolchain.publish.install_index import (
     NO_VARIANT_HINT,
     Candidate,
@@ -46,6 +46,7 @@ from toolchain.util.index_env import CREDENTIALS_NOTE, shown_command
 
 NO_SOURCES = PipSources()  # pip's own configuration only
 NO_PIP_CONFIG = PipConfig()
+X86_MACHINES = frozenset({"x86_64", "AMD64", "amd64"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,7 +84,28 @@ def plan_install(
     catalog: TargetCatalog | None = None,
     pip_config: PipConfig = NO_PIP_CONFIG,
 ) -> InstallPlan:
-    tags = supported_tags(python)
+    facts = python_facts(python)
+    chosen, deps, warnings = per_isa_choice(index, host_isa, project, version, facts, catalog)
+    pip = (str(python), "-m", "pip", "install")
+    public = PublicSources(index_url=public_index, sources=sources, pip_config=pip_config)
+    commands, notes = public.commands(pip, deps, reads_pip_config=True)
+    internal = ("--index-url", chosen.simple_url, "--no-deps", f"{project}=={chosen.version}")
+    commands.append((*pip, *internal))
+    return InstallPlan(
+        chosen=chosen, deps=deps, commands=tuple(commands), notes=(*warnings, *notes)
+    )
+
+
+def per_isa_choice(
+    index: str,
+    host_isa: Mapping[str, bool],
+    project: str,
+    version: str | None,
+    facts: PythonFacts,
+    catalog: TargetCatalog | None,
+) -> tuple[Candidate, RuntimePlan, tuple[str, ...]]:
+    """The wheel this CPU and Python take from the per-ISA index, its requirements for that
+    Python (markers as there), and warnings about what was skipped."""
     listed: list[Candidate] = []
     skipped_names: list[tuple[str, str]] = []
     for simple, min_isa in runnable_indexes(index, host_isa, project):
@@ -93,19 +115,9 @@ def plan_install(
     skipped = Wheels(files=(), skipped=tuple(skipped_names))
     if not listed and skipped.skipped:
         raise nothing_left(project, index, skipped)
-    chosen = choose(installable(listed, tags, python), host_isa, version)
-    deps = plan_requirements(candidate_requirements(chosen))
-    pip = (str(python), "-m", "pip", "install")
-    public = PublicSources(index_url=public_index, sources=sources, pip_config=pip_config)
-    commands, notes = public.commands(pip, deps, reads_pip_config=True)
-    internal = ("--index-url", chosen.simple_url, "--no-deps", f"{project}=={chosen.version}")
-    commands.append((*pip, *internal))
-    return InstallPlan(
-        chosen=chosen,
-        deps=deps,
-        commands=tuple(commands),
-        notes=(*skipped.warnings(), *notes),
-    )
+    chosen = choose(installable(listed, facts.tags, facts.python), host_isa, version)
+    deps = plan_requirements(candidate_requirements(chosen), environment=facts.markers)
+    return chosen, deps, skipped.warnings()
 
 
 def plan_uv_install(
@@ -119,9 +131,23 @@ def plan_uv_install(
     public_index: str | None = None,
     sources: PipSources = NO_SOURCES,
     pip_config: PipConfig = NO_PIP_CONFIG,
+    catalog: TargetCatalog | None = None,
 ) -> InstallPlan:
     """uv's commands for the wheel-variants index. uv itself picks the variant by the CPU's
-    x86-64 level; the plan says which one it should pick here."""
+    x86-64 level; the plan says which one it should pick here. Off x86-64 uv picks no variant
+    (its aarch64 provider knows only the architecture version): the per-ISA index, as for pip."""
+    facts = python_facts(python)
+    if facts.machine not in X86_MACHINES:
+        chosen, deps, warnings = per_isa_choice(index, host_isa, project, version, facts, catalog)
+        install = (uv, "pip", "install", "--python", str(python))
+        public = PublicSources(index_url=public_index, sources=sources, pip_config=pip_config)
+        commands, notes = public.commands(install, deps, reads_pip_config=False)
+        pinned = f"{project}=={chosen.version}"
+        commands.append((*install, "--index-url", chosen.simple_url, "--no-deps", pinned))
+        why = f"uv chooses no {facts.machine} variant: the per-ISA index, chosen here"
+        return InstallPlan(
+            chosen=chosen, deps=deps, commands=tuple(commands), notes=(*warnings, *notes, why)
+        )
     simple = urllib.parse.urljoin(index.rstrip("/") + "/", f"{wheel_variants.FOLDER}/simple/")
     page = f"{simple}{canonicalize_name(project)}/"
     hint = "publish with `publish --wheel-variants`, or give the index root with --index"
@@ -132,7 +158,7 @@ def plan_uv_install(
     wanted = [v for v in releases if version is None or version in (v.public, str(v))]
     if not wanted:
         raise PublishError(f"{page} has no {project} {version or 'release'} ({releases})")
-    tags = supported_tags(python)
+    tags = facts.tags
     mine = [f for f in wheels.files if version_of(f.filename) == wanted[-1]]
     if not any(tags_of(f.filename) & tags for f in mine):
         raise PublishError(
@@ -158,7 +184,7 @@ def plan_uv_install(
         metadata_url=expected.url + ".metadata" if expected.has_metadata else None,
         simple_url=simple,
     )
-    deps = plan_requirements(candidate_requirements(chosen))
+    deps = plan_requirements(candidate_requirements(chosen), environment=facts.markers)
     install = (uv, "pip", "install", "--python", str(python))
     public = PublicSources(index_url=public_index, sources=sources, pip_config=pip_config)
     commands, public_notes = public.commands(install, deps, reads_pip_config=False)
