@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from toolchain.publish.install_index import NO_VARIANT_HINT, Candidate
 from toolchain.publish.served import printable, tags_of, variant_label
 from toolchain.targets import picked_tier, tier_needs
 from toolchain.util import run
+from toolchain.util.datafile import parse_json
 from toolchain.util.simple_api import IndexFile
 
 # Run by the target Python with this toolkit's (pure-Python) packaging on its path: a venv made
@@ -54,11 +54,12 @@ def python_facts(python: Path) -> PythonFacts:
         )
     packaging_parent = Path(packaging.__file__).resolve().parent.parent
     output = run.capture([python, "-c", FACTS_OF, packaging_parent], timeout=120)
+    where = f"--python {python}'s answer"
+    answer = parse_json(output.stdout, where=where, error=UsageError)
     try:
-        answer = json.loads(output.stdout)
         tags = frozenset(t for line in answer["tags"] for t in parse_tag(line))
         markers = {str(key): str(value) for key, value in answer["markers"].items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # JSON, not the facts
         raise UsageError(
             f"--python {python} did not say which wheels it takes: {printable(str(exc))}",
             hint="give a CPython 3.9+ interpreter",
