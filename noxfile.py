@@ -77,3 +77,9 @@ def new_recipe(session: nox.Session) -> None:
     # into this checkout's recipes/, not the copy installed in the session's venv
     session.install(".")
     session.run("vllm-cpu-builder", "new-recipe", "--recipes", "recipes", *session.posargs)
+
+
+@nox.session(python=False)
+def docs(session: nox.Session) -> None:
+    """Write docs/options.md from the settings table (toolchain/settings.py)."""
+    session.run("python", "-m", "toolchain.settings", "--write-docs")

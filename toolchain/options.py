@@ -15,7 +15,13 @@ from typing import Any
 
 from toolchain.errors import UsageError
 from toolchain.runtime_deps import PYTORCH_CPU_INDEX, PipSources
-from toolchain.settings import BUILD_TYPES, PYPI_SIMPLE, default_cache_dir
+from toolchain.settings import (
+    BUILD_SETTINGS,
+    PYPI_SIMPLE,
+    Resolved,
+    Setting,
+    default_cache_dir,
+)
 from toolchain.targets import default_recipes_dir
 from toolchain.util.compile_cache import (
     DIST_TOKEN_ENV,
@@ -48,6 +54,8 @@ class BuildOptions:
     cache: SharedCache | None = None
     build_type: str = "Release"
     dist: DistScheduler | None = None
+    # where each setting came from (flag, env VCB_X, toml, default, recipe, host), for the manifest
+    origins: Mapping[str, str] = field(default_factory=dict)
 
 
 def _optional_path(value: str | None) -> Path | None:
@@ -71,11 +79,8 @@ def work_dir(values: Mapping[str, Any]) -> Path:
 
 
 def build_options(values: Mapping[str, Any]) -> BuildOptions:
-    """Resolved settings (see `resolve_settings`) as the plan's options."""
-    if values["jobs"] is not None and values["jobs"] < 1:
-        raise UsageError(f"--jobs must be at least 1, not {values['jobs']}")
-    if values["reserve_mib"] < 0:
-        raise UsageError(f"--reserve-mib must be 0 or more, not {values['reserve_mib']}")
+    """Resolved settings (see `resolve_settings`, which checked each against the table) as the
+    plan's options."""
     if values["vllm"] is not None and not values["vllm"].strip():
         raise UsageError("--vllm is empty", hint="give a version such as 0.32.0, or leave it out")
     dist = parse_dist_scheduler(values["dist_scheduler"]) if values["dist_scheduler"] else None
@@ -83,10 +88,6 @@ def build_options(values: Mapping[str, Any]) -> BuildOptions:
         raise UsageError(
             f"--dist-scheduler needs the scheduler's client token in {DIST_TOKEN_ENV}",
             hint=f"export {DIST_TOKEN_ENV}=... (the [client_auth] token of scheduler.conf)",
-        )
-    if values["build_type"] not in BUILD_TYPES:
-        raise UsageError(
-            f"--build-type is {' or '.join(BUILD_TYPES)}, not {values['build_type']!r}"
         )
     return BuildOptions(
         target=values["target"],
@@ -105,7 +106,14 @@ def build_options(values: Mapping[str, Any]) -> BuildOptions:
         cache=_compile_cache(values, dist),
         build_type=values["build_type"],
         dist=dist,
+        origins=_origins(values, BUILD_SETTINGS),
     )
+
+
+def _origins(values: Mapping[str, Any], settings: tuple[Setting, ...]) -> dict[str, str]:
+    if not isinstance(values, Resolved):
+        return {}
+    return {setting.name: values.origins[setting.name] for setting in settings}
 
 
 def _compile_cache(values: Mapping[str, Any], dist: DistScheduler | None) -> SharedCache | None:

@@ -1,6 +1,9 @@
-"""Every setting has one name in three places: a TOML key, a VCB_ variable and a flag.
+"""Every setting declared once, cibuildwheel-options style: its flag, its VCB_ variable, its key
+in `[tool.vllm-cpu-builder]` of ./pyproject.toml, type, default, check, help and the commands
+that take it. The flags, the environment reading, docs/options.md (`python -m toolchain.settings
+--write-docs`) and the manifest's record of where each value came from all derive from SETTINGS.
 
-The command line beats the environment, which beats `[tool.vllm-cpu-builder]` in ./pyproject.toml.
+The command line beats the environment, which beats the file, which beats the default.
 """
 
 from __future__ import annotations
@@ -21,13 +24,27 @@ PYPI_SIMPLE = "https://pypi.org/simple"
 SETTINGS_FILE = "pyproject.toml"  # in the folder a command runs from
 
 
+# the commands that build: each takes every build setting
+BUILD = ("plan", "build-wheel", "fetch-sources", "provision-toolchain")
+# vLLM's CMAKE_BUILD_TYPE choices that make a wheel to ship (oneDNN is always Release)
+BUILD_TYPES = ("Release", "RelWithDebInfo")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Setting:
+    """One setting. `unset` says who decides when nothing sets it and `default` is None (the
+    recipe, the host); `default_text` is the default as the help and the docs say it."""
+
     name: str
     help: str
+    commands: tuple[str, ...]
     kind: type = str
     default: Any = None
+    default_text: str = ""
+    unset: str = "default"
     env_aliases: tuple[str, ...] = ()
+    choices: tuple[str, ...] = ()
+    minimum: int | None = None
 
     @property
     def env(self) -> str:
@@ -41,9 +58,19 @@ class Setting:
     def toml_key(self) -> str:
         return self.name.replace("_", "-")
 
+    @property
+    def flag_help(self) -> str:
+        default = f" (default: {self.default_text})" if self.default_text else ""
+        return f"{self.help}{default} [{self.env}]"
 
-# vLLM's CMAKE_BUILD_TYPE choices that make a wheel to ship (oneDNN is always Release)
-BUILD_TYPES = ("Release", "RelWithDebInfo")
+    def check(self, value: Any) -> Any:
+        """The value, or UsageError naming the flag when the table's check refuses it."""
+        if self.minimum is not None and value is not None and value < self.minimum:
+            wanted = "0 or more" if self.minimum == 0 else f"at least {self.minimum}"
+            raise UsageError(f"{self.flag} must be {wanted}, not {value}")
+        if self.choices and value is not None and value not in self.choices:
+            raise UsageError(f"{self.flag} is {' or '.join(self.choices)}, not {value!r}")
+        return value
 
 
 def default_cache_dir() -> str:
@@ -51,84 +78,169 @@ def default_cache_dir() -> str:
     return str(Path(base) / "vllm-cpu-builder")
 
 
-BUILD_SETTINGS = (
-    Setting(name="vllm", help="vLLM version to build (default: the newest recipe)"),
-    Setting(name="target", help="ISA target (default: the best this host can build and run)"),
+VERIFY = ("verify",)
+INSTALL = ("install-command",)
+PUBLISH = ("publish",)
+NEW_RECIPE = ("new-recipe",)
+
+SETTINGS = (
+    Setting(
+        name="vllm",
+        commands=BUILD,
+        unset="recipe",
+        help="vLLM version to build",
+        default_text="the newest recipe",
+    ),
+    Setting(
+        name="target",
+        commands=BUILD,
+        unset="host",
+        help="ISA target",
+        default_text="the best this host can build and run",
+    ),
     Setting(
         name="jobs",
+        commands=BUILD,
         kind=int,
+        minimum=1,
+        unset="host",
         env_aliases=("MAX_JOBS",),
-        help="compile jobs (default: sized to available memory)",
+        help="compile jobs",
+        default_text="sized to available memory",
     ),
-    Setting(name="python", help="Python version to build for (default: the recipe's preferred)"),
+    Setting(
+        name="python",
+        commands=BUILD,
+        unset="recipe",
+        help="Python version to build for",
+        default_text="the recipe's preferred",
+    ),
     Setting(
         name="cxx",
+        commands=BUILD,
+        unset="host",
         env_aliases=("CXX",),
-        help="C++ compiler to use (default: a new enough g++ on PATH, else a provisioned one)",
+        help="C++ compiler to use",
+        default_text="a new enough g++ on PATH, else a provisioned one",
     ),
-    Setting(name="sources", help="local mirror of third-party sources (oneDNN, ACL)"),
-    Setting(name="source_dir", help="build this vLLM source tree instead of the PyPI sdist"),
-    Setting(name="torch_index", help="index for the PyTorch CPU build (default: the recipe's)"),
-    Setting(name="find_links", help="local wheel folders for pip, separated by ':'"),
+    Setting(
+        name="sources",
+        commands=BUILD,
+        unset="none",
+        help="local mirror of third-party sources (oneDNN, ACL)",
+    ),
+    Setting(
+        name="source_dir",
+        commands=BUILD,
+        unset="recipe",
+        help="build this vLLM source tree instead of the PyPI sdist",
+    ),
+    Setting(
+        name="torch_index",
+        commands=BUILD + VERIFY + INSTALL,
+        unset="recipe",
+        help="index for the PyTorch CPU build",
+        default_text="the recipe's",
+    ),
+    Setting(
+        name="find_links",
+        commands=BUILD + VERIFY + INSTALL,
+        unset="none",
+        help="local wheel folders for pip, separated by ':'",
+    ),
     Setting(
         name="work_dir",
+        commands=BUILD + VERIFY + PUBLISH + INSTALL + NEW_RECIPE,
         default=default_cache_dir(),
-        help="cache and build folder (default: ~/.cache/vllm-cpu-builder)",
+        help="cache and build folder",
+        default_text="~/.cache/vllm-cpu-builder",
     ),
-    Setting(name="wheel_dir", default="wheels", help="where finished wheels land"),
+    Setting(
+        name="wheel_dir",
+        commands=BUILD + VERIFY + PUBLISH,
+        default="wheels",
+        help="where finished wheels land",
+    ),
     Setting(
         name="emulate_cpu",
+        commands=BUILD + VERIFY,
         default="max",
         help="verify: QEMU's CPU model for a wheel of another architecture (max, graviton3, "
-        "neoverse-n1, a64fx, cortex-a72) (default: max)",
+        "neoverse-n1, a64fx, cortex-a72)",
+        default_text="max",
     ),
     Setting(
         name="reserve_mib",
+        commands=BUILD,
         kind=int,
+        minimum=0,
         default=512,
-        help="memory kept free beside the compile jobs, MiB (default: 512)",
+        help="memory kept free beside the compile jobs, MiB",
+        default_text="512",
     ),
-    Setting(name="recipes", help="recipes folder (default: the ones shipped with the toolkit)"),
+    Setting(
+        name="recipes",
+        commands=BUILD + PUBLISH + INSTALL + NEW_RECIPE,
+        unset="default",
+        help="recipes folder",
+        default_text="the ones shipped with the toolkit",
+    ),
     Setting(
         name="index_url",
-        help="public index: the vLLM sdist, install-command's requirements (default: PyPI; "
-        "install-command: pip's configured index-url, else PyPI)",
+        commands=BUILD + INSTALL + NEW_RECIPE,
+        help="public index: the vLLM sdist, install-command's requirements",
+        default_text="PyPI; install-command: pip's configured index-url, else PyPI",
     ),
     Setting(
         name="cache",
+        commands=BUILD,
+        unset="none",
         help="a compile cache shared between machines, through sccache: redis://HOST:6379, "
         "s3://BUCKET/PREFIX, webdav+https://HOST/PATH or a folder; credentials only from the "
-        "environment (default: ccache, local)",
+        "environment",
+        default_text="ccache, local",
     ),
     Setting(
         name="dist_scheduler",
+        commands=BUILD,
+        unset="none",
         help="compile on sccache-dist build servers: the scheduler's URL (http://HOST:10600); its "
-        "client token only from the environment (VCB_DIST_TOKEN) (default: compile here)",
+        "client token only from the environment (VCB_DIST_TOKEN)",
+        default_text="compile here",
     ),
     Setting(
         name="build_type",
+        commands=BUILD,
+        choices=BUILD_TYPES,
         default="Release",
         help="CMAKE_BUILD_TYPE of vLLM's own kernels: Release, or RelWithDebInfo (its debug "
-        "info goes into a separate .debug.tar.gz beside the wheel) (default: Release)",
+        "info goes into a separate .debug.tar.gz beside the wheel)",
+        default_text="Release",
     ),
     Setting(
         name="allow_cuda_torch",
+        commands=BUILD,
         kind=bool,
         default=False,
-        help="accept a CUDA build of torch in the build venv; needs the CUDA toolkit (default: "
-        "refuse)",
+        help="accept a CUDA build of torch in the build venv; needs the CUDA toolkit",
+        default_text="refuse",
     ),
-)
-
-PUBLISH_SETTINGS = (
     Setting(
         name="index_dir",
+        commands=PUBLISH + INSTALL,
         default="index",
-        help="where the static per-variant index is written (default: index)",
+        help="where the static per-variant index is written",
+        default_text="index",
     ),
-    Setting(name="upload", help="also upload the wheels with twine to this index server URL"),
+    Setting(
+        name="upload",
+        commands=PUBLISH,
+        unset="none",
+        help="also upload the wheels with twine to this index server URL",
+    ),
     Setting(
         name="wheel_variants",
+        commands=PUBLISH,
         kind=bool,
         default=False,
         help="also write INDEX/wheel-variants/simple/: variant wheels (PEP 825/850 drafts) "
@@ -137,16 +249,17 @@ PUBLISH_SETTINGS = (
 )
 
 # Every setting, so any command accepts the whole [tool.vllm-cpu-builder] table.
-ALL_SETTINGS = BUILD_SETTINGS + PUBLISH_SETTINGS
+ALL_SETTINGS = SETTINGS
+BUILD_SETTINGS = tuple(setting for setting in SETTINGS if "build-wheel" in setting.commands)
 
 
-def settings_named(*names: str) -> tuple[Setting, ...]:
-    return tuple(setting for setting in ALL_SETTINGS if setting.name in names)
+def settings_of(command: str) -> tuple[Setting, ...]:
+    return tuple(setting for setting in SETTINGS if command in setting.commands)
 
 
-def add_setting_flags(parser: argparse.ArgumentParser, settings: tuple[Setting, ...]) -> None:
-    for setting in settings:
-        help_text = f"{setting.help} [{setting.env}]"
+def add_setting_flags(parser: argparse.ArgumentParser, command: str) -> None:
+    """The flags of every setting `command` takes, in the table's order."""
+    for setting in settings_of(command):
         if setting.kind is bool:
             parser.add_argument(
                 setting.flag,
@@ -154,11 +267,15 @@ def add_setting_flags(parser: argparse.ArgumentParser, settings: tuple[Setting, 
                 action="store_const",
                 const=True,
                 default=None,
-                help=help_text,
+                help=setting.flag_help,
             )
         else:
             parser.add_argument(
-                setting.flag, dest=setting.name, type=setting.kind, default=None, help=help_text
+                setting.flag,
+                dest=setting.name,
+                type=setting.kind,
+                default=None,
+                help=setting.flag_help,
             )
 
 
@@ -197,12 +314,21 @@ def _from_file(setting: Setting, value: Any, origin: str) -> Any:
     return value
 
 
+class Resolved(dict[str, Any]):
+    """Each setting's value by name, and in `origins` where it came from: `flag`, `env VAR`,
+    `toml`, or, when nothing set it, `default` (or the setting's `unset`: recipe, host, none)."""
+
+    def __init__(self, values: Mapping[str, Any], origins: Mapping[str, str]) -> None:
+        super().__init__(values)
+        self.origins = dict(origins)
+
+
 def resolve_settings(
     settings: tuple[Setting, ...],
     cli: Mapping[str, Any],
     environ: Mapping[str, str],
     file_values: Mapping[str, Any],
-) -> dict[str, Any]:
+) -> Resolved:
     """Each setting's value: command line, then environment, then file, then default."""
     known = {setting.toml_key for setting in settings}
     unknown = set(file_values) - known
@@ -212,18 +338,81 @@ def resolve_settings(
             f"known: {sorted(known)}"
         )
     values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
     for setting in settings:
-        value = cli.get(setting.name)
-        if value is None:
-            for var in (setting.env, *setting.env_aliases):
-                if environ.get(var):
-                    value = _convert(setting, environ[var], var)
-                    break
-        if value is None and setting.toml_key in file_values:
-            value = _from_file(
-                setting,
-                file_values[setting.toml_key],
-                f"{SETTINGS_FILE} [tool.{TOML_TABLE}] {setting.toml_key}",
-            )
-        values[setting.name] = setting.default if value is None else value
-    return values
+        value, origin = _value_and_origin(setting, cli, environ, file_values)
+        values[setting.name] = setting.check(setting.default if value is None else value)
+        origins[setting.name] = origin
+    return Resolved(values, origins)
+
+
+def _value_and_origin(
+    setting: Setting,
+    cli: Mapping[str, Any],
+    environ: Mapping[str, str],
+    file_values: Mapping[str, Any],
+) -> tuple[Any, str]:
+    if cli.get(setting.name) is not None:
+        return cli[setting.name], "flag"
+    for var in (setting.env, *setting.env_aliases):
+        if environ.get(var):
+            return _convert(setting, environ[var], var), f"env {var}"
+    if setting.toml_key in file_values:
+        where = f"{SETTINGS_FILE} [tool.{TOML_TABLE}] {setting.toml_key}"
+        return _from_file(setting, file_values[setting.toml_key], where), "toml"
+    return None, "default" if setting.default is not None else setting.unset
+
+
+OPTIONS_DOC = Path("docs") / "options.md"
+UNSET_TEXT = {"recipe": "the recipe's", "host": "decided for this host", "none": "none"}
+
+
+def _default_cell(setting: Setting) -> str:
+    if setting.default_text:
+        return setting.default_text
+    if setting.default is not None:
+        return f"`{str(setting.default).lower() if setting.kind is bool else setting.default}`"
+    return UNSET_TEXT.get(setting.unset, setting.unset)
+
+
+def render_docs() -> str:
+    """docs/options.md: every setting, generated from SETTINGS (`nox -s docs` writes it)."""
+    rows = [
+        f"| `{s.flag}` | `{s.env}`{''.join(f', `{a}`' for a in s.env_aliases)} | `{s.toml_key}` "
+        f"| {s.kind.__name__} | {_default_cell(s)} | {', '.join(s.commands)} | {s.help} |"
+        for s in SETTINGS
+    ]
+    return "\n".join(
+        [
+            "# Options",
+            "",
+            "<!-- generated from toolchain/settings.py by `nox -s docs`; do not edit -->",
+            "",
+            "Every setting has a flag, a `VCB_` environment variable and a key in the",
+            f"`[tool.{TOML_TABLE}]` table of ./{SETTINGS_FILE}. The flag beats the variable,",
+            "which beats the file, which beats the default. A key the table does not know is an",
+            "error (exit 4). Each wheel's manifest records where every build setting came from",
+            "(`settings_origin`: flag, env VAR, toml, default, recipe, host or none).",
+            "",
+            "| Flag | Environment | TOML key | Type | Default | Commands | What |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+            *rows,
+            "",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m toolchain.settings")
+    parser.add_argument("--write-docs", action="store_true", help=f"write {OPTIONS_DOC}")
+    args = parser.parse_args(argv)
+    if args.write_docs:
+        OPTIONS_DOC.write_text(render_docs())
+        print(f"wrote {OPTIONS_DOC}")
+    else:
+        print(render_docs(), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -158,6 +158,8 @@ def test_fake_vllm_builds_into_a_tagged_repaired_wheel(
     gxx = Path(shutil.which("g++") or "g++").resolve()
     assert embedded["toolchain"]["cxx_sha256"] == hashlib.sha256(gxx.read_bytes()).hexdigest()
     assert embedded["patches"][0]["file"] == "fake.patch"
+    origin = embedded["settings_origin"]  # where each setting came from (#34)
+    assert origin["jobs"] == "flag" and origin["build_type"] == "default", origin
     sidecar = json.loads((wheel.parent / f"{wheel.name}.manifest.json").read_text())
     assert sidecar["wheel_sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
     assert sidecar["jobs"]["max_jobs"] == 1

@@ -17,7 +17,7 @@ from toolchain.cli.common import (
     settings_values,
 )
 from toolchain.errors import UsageError
-from toolchain.settings import BUILD_SETTINGS, add_setting_flags
+from toolchain.settings import add_setting_flags
 from toolchain.util.platform import SUPPORTED_ARCHES, machine_arch
 from toolchain.util.urls import redact
 
@@ -165,7 +165,7 @@ def cmd_provision_toolchain(args: argparse.Namespace) -> int:
 def configure_parser(commands: Any) -> None:
     plan = commands.add_parser("plan", help="print what a build would do, decided up front")
     add_host_options(plan)
-    add_setting_flags(plan, BUILD_SETTINGS)
+    add_setting_flags(plan, "plan")
     plan.add_argument(
         "--check",
         action="store_true",
@@ -173,14 +173,14 @@ def configure_parser(commands: Any) -> None:
     )
     plan.set_defaults(handler=cmd_plan)
     build = commands.add_parser("build-wheel", help="compile a vLLM CPU wheel into wheels/")
-    add_setting_flags(build, BUILD_SETTINGS)
+    add_setting_flags(build, "build-wheel")
     add_mac_options(build)  # a Mac's plan, to be refused off that Mac (no cross build to macOS)
     add_output_flags(build)
     build.set_defaults(handler=cmd_build_wheel)
     fetch = commands.add_parser(
         "fetch-sources", help="fill a source mirror for air-gapped builds (needs network)"
     )
-    add_setting_flags(fetch, BUILD_SETTINGS)
+    add_setting_flags(fetch, "fetch-sources")
     fetch.add_argument("--to", type=Path, required=True, help="the mirror folder to fill")
     fetch.add_argument(
         "--arch",
@@ -215,5 +215,5 @@ def configure_parser(commands: Any) -> None:
         help="unpack a new enough g++ into a private prefix; with an Arm --target on x86, "
         "the cross g++ and the target's sysroot",
     )
-    add_setting_flags(provision, BUILD_SETTINGS)
+    add_setting_flags(provision, "provision-toolchain")
     provision.set_defaults(handler=cmd_provision_toolchain)

@@ -11,16 +11,9 @@ from typing import Any
 
 from toolchain.cli.common import add_output_flags, settings_values
 from toolchain.errors import ToolMissingError, UsageError
-from toolchain.settings import add_setting_flags, settings_named
+from toolchain.settings import add_setting_flags
 from toolchain.util.report import reporter
 from toolchain.util.urls import checked_url, redact
-
-PUBLISH_FLAGS = settings_named(
-    "wheel_dir", "index_dir", "upload", "work_dir", "wheel_variants", "recipes"
-)
-INSTALL_FLAGS = settings_named(
-    "index_dir", "index_url", "torch_index", "find_links", "work_dir", "recipes"
-)
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
@@ -125,7 +118,7 @@ def configure_parser(commands: Any) -> None:
     publish = commands.add_parser(
         "publish", help="write the per-variant static index; with --upload, send to a server"
     )
-    add_setting_flags(publish, PUBLISH_FLAGS)
+    add_setting_flags(publish, "publish")
     add_output_flags(publish)
     publish.set_defaults(handler=cmd_publish)
     install = commands.add_parser(
@@ -145,5 +138,5 @@ def configure_parser(commands: Any) -> None:
         help="pip: the per-ISA index; uv: the wheel-variants index (publish --wheel-variants), "
         "uv choosing the variant (preview feature)",
     )
-    add_setting_flags(install, INSTALL_FLAGS)
+    add_setting_flags(install, "install-command")
     install.set_defaults(handler=cmd_install_command)

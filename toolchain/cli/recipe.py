@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolchain.cli.common import existing_file, settings_values
 from toolchain.errors import UsageError
-from toolchain.settings import PYPI_SIMPLE, add_setting_flags, settings_named
+from toolchain.settings import PYPI_SIMPLE, add_setting_flags
 from toolchain.util.report import reporter
 from toolchain.util.urls import checked_url
 
@@ -16,8 +16,6 @@ if TYPE_CHECKING:
     from packaging.version import Version
 
     from toolchain.recipegen.new_recipe import Generated
-
-NEW_RECIPE_FLAGS = settings_named("recipes", "index_url", "work_dir")
 
 
 def cmd_new_recipe(args: argparse.Namespace) -> int:
@@ -82,5 +80,5 @@ def configure_parser(commands: Any) -> None:
         help="read this sdist (.tar.gz) instead of fetching it; its hash is then checked "
         "against no index",
     )
-    add_setting_flags(new, NEW_RECIPE_FLAGS)
+    add_setting_flags(new, "new-recipe")
     new.set_defaults(handler=cmd_new_recipe)

@@ -18,7 +18,7 @@ from toolchain.cli.common import (
     utilization,
 )
 from toolchain.errors import KernelCheckError, UsageError
-from toolchain.settings import add_setting_flags, settings_named
+from toolchain.settings import add_setting_flags
 from toolchain.util.report import reporter
 from toolchain.util.units import gib
 from toolchain.util.urls import checked_url, redact_json
@@ -27,8 +27,6 @@ from toolchain.verify.results import FAIL
 
 if TYPE_CHECKING:
     from toolchain.verify.flow import VerifyOptions
-
-VERIFY_FLAGS = settings_named("find_links", "torch_index", "work_dir", "wheel_dir", "emulate_cpu")
 
 
 def cmd_lint_script(args: argparse.Namespace) -> int:
@@ -226,7 +224,7 @@ def _add_verify(commands: Any) -> None:
         help="comma-separated check names, as the report names them (default: every check)",
     )
     verify_cmd.add_argument("--json", action="store_true", help="print one JSON report")
-    add_setting_flags(verify_cmd, VERIFY_FLAGS)
+    add_setting_flags(verify_cmd, "verify")
     add_output_flags(verify_cmd)
     verify_cmd.set_defaults(handler=cmd_verify)
 

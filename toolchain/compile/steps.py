@@ -482,6 +482,7 @@ def manifest(build: BuildRun, wheel_name: str) -> dict[str, Any]:
             **build.facts.build_tools,
         },
         "env": plan.env,
+        "settings_origin": dict(build.options.origins),
         "host": {
             "arch": host.arch,
             "cpu_model": host.cpu_model,
