@@ -225,3 +225,18 @@ def test_publish_quiet_prints_only_its_result(
     out = capsys.readouterr().out
     assert out.startswith("index ") and out.count("\n") == 1, out
     assert out in log.read_text()
+
+
+def test_verbose_says_where_each_setting_came_from(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    make_wheel: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    make_wheel(tmp_path / "wheels", "vcbdemo", "1.0+cpu.portable")
+    monkeypatch.setenv("VCB_WHEEL_DIR", str(tmp_path / "wheels"))
+    assert main(["publish", "-v", "--index-dir", str(tmp_path / "ix")]) == 0
+    out = capsys.readouterr().out
+    assert f"  wheel_dir = '{tmp_path / 'wheels'}' (env VCB_WHEEL_DIR)\n" in out
+    assert f"  index_dir = '{tmp_path / 'ix'}' (flag)\n" in out
+    assert "  wheel_variants = False (default)\n" in out

@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolchain.errors import UsageError
-from toolchain.settings import ALL_SETTINGS, SETTINGS_FILE, read_toml_settings, resolve_settings
+from toolchain.settings import (
+    ALL_SETTINGS,
+    SETTINGS_FILE,
+    Resolved,
+    read_toml_settings,
+    resolve_settings,
+    settings_of,
+)
 from toolchain.util.report import NORMAL, QUIET, VERBOSE, reporter
 from toolchain.util.urls import redact_json
 
@@ -65,11 +72,16 @@ def print_json(data: object) -> None:
     sys.stdout.write("\n")
 
 
-def settings_values(args: argparse.Namespace) -> dict[str, Any]:
-    """Every setting: flags, then VCB_* variables, then ./pyproject.toml, then defaults."""
-    return resolve_settings(
+def settings_values(args: argparse.Namespace) -> Resolved:
+    """Every setting: flags, then VCB_* variables, then ./pyproject.toml, then defaults; with -v
+    the command's own, each with where it came from."""
+    values = resolve_settings(
         ALL_SETTINGS, vars(args), os.environ, read_toml_settings(Path(SETTINGS_FILE))
     )
+    for setting in settings_of(getattr(args, "command", "") or ""):
+        origin = values.origins[setting.name]
+        reporter.debug(f"{setting.name} = {values[setting.name]!r} ({origin})")
+    return values
 
 
 def add_host_options(parser: argparse.ArgumentParser) -> None:

@@ -6,19 +6,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-HECK_NAMES = (
-    "install",
-    "symbols",
-    "isa",
-    "numerics",
-    "import",
-    "threads",
-    "generate",
-    "memory",
-    "spawn",
-    "serve",
-)
-
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 
 
