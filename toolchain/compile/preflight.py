@@ -3,9 +3,10 @@
 
 Checked on this machine, whatever machine the plan describes: the vLLM source (cache, mirror or
 index), each third-party archive with its hash (mirror, or GitHub for cmake), torch (a
---find-links folder or its index), room on the disk for the build tree, and the folders the build
-writes into. Nothing is created or downloaded: a folder still to be made counts as writable when
-its nearest existing parent is.
+--find-links folder or its index), the programs the build runs that nothing provisions (patch,
+patchelf), room on the disk for the build tree, and the folders the build writes into. Nothing is
+created or downloaded: a folder still to be made counts as writable when its nearest existing
+parent is.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from toolchain.plan.buildplan import BuildPlan, Dependency
 from toolchain.util.datafile import load_json
 from toolchain.util.files import sha256_file, tar_sha256
 from toolchain.util.net import github_reachable, reachable
+from toolchain.util.run import INSTALL_HINTS
 from toolchain.util.source_lock import read_lock
 from toolchain.util.units import GIB
 
@@ -33,6 +35,12 @@ from toolchain.util.units import GIB
 # until a build here records its own (`build_tree_bytes` in its manifest): an estimate, not
 # measured on this project's machines yet (docs/benchmarks.md, issue #33).
 ESTIMATED_BUILD_TREE_BYTES = 8 * GIB
+
+# Programs a build runs that neither the build venv nor provisioning brings, by why it needs them.
+PROGRAMS = {
+    "patch": "applies the recipe's patches",
+    "patchelf": "auditwheel repairs the wheel with it; provisioning a g++ uses it",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +63,7 @@ def readiness(plan: BuildPlan, options: BuildOptions) -> tuple[Check, ...]:
         _source_check(plan, options),
         *(_archive_check(plan, dep) for dep in plan.third_party),
         _torch_check(plan),
+        *(_program_check(program, why) for program, why in PROGRAMS.items()),
         _disk_check(plan),
         *(_folder_check(flag, folder) for flag, folder in writable_folders(plan, options).items()),
     )
@@ -175,6 +184,16 @@ def _torch_check(plan: BuildPlan) -> Check:
         fix=f"pip download --no-deps '{torch.requirement}' --index-url {torch.index_url} "
         f"--python-version {plan.python.version} --only-binary :all: -d DIR on a connected "
         "machine, then --find-links DIR",
+    )
+
+
+def _program_check(program: str, why: str) -> Check:
+    found = shutil.which(program)
+    return Check(
+        what=program,
+        ok=found is not None,
+        detail=f"{found}: {why}" if found else f"not on PATH; {why}",
+        fix="" if found else INSTALL_HINTS[program],
     )
 
 

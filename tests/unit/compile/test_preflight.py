@@ -215,3 +215,21 @@ def test_the_build_tree_is_measured_as_the_disk_holds_it(tmp_path: Path) -> None
         handle.truncate(100 * MIB)  # a hole takes no blocks
     (tree / "elsewhere").symlink_to(tmp_path)  # not followed: counted once, not again
     assert MIB <= disk_bytes(tree) < 2 * MIB
+
+
+def test_a_program_the_build_runs_is_missing_with_its_install_command(
+    make_plan, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """patchelf is not in Debian's default install: without it the repair (and provisioning a
+    g++) fails after the compile, so the preflight says so before."""
+    plan = make_plan(BuildOptions())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "patch").write_text("#!/bin/sh\n")
+    (bin_dir / "patch").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    checks = by_what(readiness(plan, BuildOptions()))
+    assert checks["patch"].ok and checks["patch"].detail.startswith(str(bin_dir / "patch"))
+    assert not checks["patchelf"].ok
+    assert "not on PATH" in checks["patchelf"].detail
+    assert checks["patchelf"].fix.startswith("apt-get install patchelf")
