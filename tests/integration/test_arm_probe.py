@@ -12,16 +12,17 @@ from pathlib import Path
 import pytest
 
 from toolchain.cli import main
+from toolchain.emulate.standins import cross_compiler
 
 ROOT = Path(__file__).resolve().parents[2]
 CPUINFO = ROOT / "tests" / "fixtures" / "cpuinfo"
-CROSS_CC, QEMU = "aarch64-linux-gnu-gcc", "qemu-aarch64-static"
+CROSS_CC, QEMU = cross_compiler("aarch64"), "qemu-aarch64-static"
 
 pytestmark = [
     pytest.mark.compile,
     pytest.mark.skipif(
-        shutil.which(CROSS_CC) is None or shutil.which(QEMU) is None,
-        reason=f"needs {CROSS_CC} and {QEMU} (apt-get install gcc-aarch64-linux-gnu "
+        CROSS_CC is None or shutil.which(QEMU) is None,
+        reason=f"needs aarch64-linux-gnu-gcc and {QEMU} (apt-get install gcc-aarch64-linux-gnu "
         "qemu-user-static; .ci/run installs them)",
     ),
 ]
@@ -40,7 +41,7 @@ def probe_outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("arm-probe")
     binary = folder / "cpuprobe-aarch64"
     subprocess.run(
-        [CROSS_CC, "-O2", "-static", "-o", str(binary), str(ROOT / "native" / "cpuprobe.c")],
+        [str(CROSS_CC), "-O2", "-static", "-o", str(binary), str(ROOT / "native" / "cpuprobe.c")],
         check=True,
     )
     outputs = {}

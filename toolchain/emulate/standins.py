@@ -4,6 +4,7 @@ name and aborts. It lets the library load so the rest can be checked; it never c
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,7 +14,8 @@ from toolchain.util import run
 from toolchain.util.files import atomic_path
 
 C_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-CROSS_CC = {"aarch64": "aarch64-linux-gnu-gcc"}
+TRIPLETS = {"aarch64": "aarch64-linux-gnu"}
+VERSIONED = re.compile(r"-gcc-(\d+)$")
 HEADER = """\
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,10 +38,35 @@ def stand_in_source(functions: Mapping[str, str]) -> str:
     return HEADER + "\n" + "".join(bodies)
 
 
+def cross_compiler(arch: str, path: str | None = None) -> Path | None:
+    """Debian's C cross compiler for `arch`: `<triplet>-gcc` (gcc-<triplet>), else the newest
+    `<triplet>-gcc-N` (gcc-N-<triplet>, all a cross build's provision-toolchain installs)."""
+    triplet = TRIPLETS.get(arch)
+    if triplet is None:
+        return None
+    found: list[tuple[int, Path]] = []
+    for folder in (path if path is not None else os.environ.get("PATH", "")).split(os.pathsep):
+        if not folder or not Path(folder).is_dir():
+            continue
+        plain = Path(folder) / f"{triplet}-gcc"
+        if os.access(plain, os.X_OK):
+            return plain
+        for candidate in Path(folder).glob(f"{triplet}-gcc-*"):
+            match = VERSIONED.search(candidate.name)
+            if match and os.access(candidate, os.X_OK):
+                found.append((int(match.group(1)), candidate))
+    return max(found)[1] if found else None
+
+
 def build_stand_ins(functions: Mapping[str, str], arch: str, out: Path, log: Path) -> Path:
-    compiler = CROSS_CC.get(arch, "")
-    if not compiler:
-        raise ToolMissingError(f"no cross compiler is known for {arch}")
+    compiler = cross_compiler(arch)
+    if compiler is None:
+        package = f"gcc-{TRIPLETS[arch]}" if arch in TRIPLETS else f"a C cross compiler for {arch}"
+        raise ToolMissingError(
+            f"no C cross compiler for {arch} was found on PATH: it compiles the stand-ins that "
+            "let the kernel library load with a substitute torch",
+            hint=f"apt-get install {package}",
+        )
     source = out.with_suffix(".c")
     with atomic_path(source) as temporary:
         temporary.write_text(stand_in_source(functions))

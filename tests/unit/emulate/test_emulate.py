@@ -17,8 +17,8 @@ from toolchain.emulate.models import RootSpec, cpu_model, cpuinfo_text, features
 from toolchain.emulate.needs import march_features, wheel_needs
 from toolchain.emulate.root import binfmt_flags, ensure_binfmt, plan_root
 from toolchain.emulate.session import ENTER, EmulatedCpu, Wrappers
-from toolchain.emulate.standins import stand_in_source
-from toolchain.errors import UnsupportedHostError
+from toolchain.emulate.standins import build_stand_ins, cross_compiler, stand_in_source
+from toolchain.errors import ToolMissingError, UnsupportedHostError
 from toolchain.verify.results import FAIL, PASS, WARN
 from toolchain.verify.symbols import MissingSymbols, check_symbols, parse_dyn_syms, parse_dynamic
 from toolchain.wheelfile import MANIFEST_NAME
@@ -278,6 +278,35 @@ def test_a_stand_in_aborts_loudly_and_computes_nothing() -> None:
     assert "abort();" in source and "some_table" not in source
     with pytest.raises(ValueError):
         stand_in_source({"bad name": "FUNC"})
+
+
+def _programs(folder: Path, *names: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (folder / name).write_text("#!/bin/sh\n")
+        (folder / name).chmod(0o755)
+    return folder
+
+
+def test_the_stand_ins_compiler_is_debians_plain_or_versioned_cross_gcc(tmp_path: Path) -> None:
+    # provision-toolchain installs only gcc-12-aarch64-linux-gnu: no plain aarch64-linux-gnu-gcc
+    versioned = _programs(tmp_path / "a", "aarch64-linux-gnu-gcc-9", "aarch64-linux-gnu-gcc-12",
+                          "aarch64-linux-gnu-gcc-ar-12", "x86_64-linux-gnu-gcc-13")  # fmt: skip
+    assert cross_compiler("aarch64", str(versioned)) == versioned / "aarch64-linux-gnu-gcc-12"
+    plain = _programs(tmp_path / "b", "aarch64-linux-gnu-gcc")
+    path = f"{versioned}:{plain}"
+    assert cross_compiler("aarch64", path) == plain / "aarch64-linux-gnu-gcc"
+    assert cross_compiler("aarch64", str(_programs(tmp_path / "c", "gcc"))) is None
+    assert cross_compiler("riscv64", path) is None
+
+
+def test_without_a_cross_compiler_the_stand_ins_say_which_package_gives_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(_programs(tmp_path / "bin", "gcc")))
+    with pytest.raises(ToolMissingError) as caught:
+        build_stand_ins({"sbgemm_": "FUNC"}, "aarch64", tmp_path / "s.so", tmp_path / "log")
+    assert caught.value.hint == "apt-get install gcc-aarch64-linux-gnu"
 
 
 def test_kernel_libraries_are_found_in_the_root_and_named_as_inside_it(tmp_path: Path) -> None:
