@@ -146,7 +146,11 @@ def add_output_flags(parser: argparse.ArgumentParser) -> None:
 def configure_output(args: argparse.Namespace) -> None:
     quiet, verbose = getattr(args, "quiet", False), getattr(args, "verbose", False)
     level = QUIET if quiet else VERBOSE if verbose else NORMAL
-    reporter.configure(level=level, log_file=getattr(args, "log_file", None))
+    reporter.configure(
+        level=level,
+        log_file=getattr(args, "log_file", None),
+        to_stderr=bool(getattr(args, "json", False)),
+    )
 
 
 def host_from_args(args: argparse.Namespace) -> Host:

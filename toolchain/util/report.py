@@ -37,15 +37,21 @@ class Reporter:
         self._stream = stream
         self.level = NORMAL
         self.log_file: Path | None = None
+        self.to_stderr = False
 
-    def configure(self, *, level: int = NORMAL, log_file: Path | None = None) -> None:
-        self.level, self.log_file = level, log_file
+    def configure(
+        self, *, level: int = NORMAL, log_file: Path | None = None, to_stderr: bool = False
+    ) -> None:
+        """`to_stderr`: stdout carries the command's one JSON object (--json), progress goes
+        to stderr."""
+        self.level, self.log_file, self.to_stderr = level, log_file, to_stderr
         if log_file is not None:
             log_file.parent.mkdir(parents=True, exist_ok=True)
 
     @property
     def stream(self) -> TextIO:
-        return self._stream or sys.stdout  # looked up late, so captured output sees it
+        # looked up late, so captured output sees it
+        return self._stream or (sys.stderr if self.to_stderr else sys.stdout)
 
     def line(self, text: str = "", *, end: str = "\n", level: int = NORMAL) -> None:
         text = redact(text)  # a URL's credentials never reach a screen or a log

@@ -93,6 +93,17 @@ def test_verify_an_existing_environment_without_engines(
     ]
 
 
+def test_json_prints_one_object_on_stdout_and_the_progress_on_stderr(
+    tmp_path: Path, fake_programs, zen4, capsys
+) -> None:
+    argv = [*_environment(tmp_path, fake_programs), "--only", "install,isa", "--json"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)  # nothing else on stdout
+    assert [c["name"] for c in report["checks"]] == ["install", "isa"]
+    assert "==> isa" in captured.err and "==> isa" not in captured.out
+
+
 def test_a_tier_killed_by_sigill_is_a_failed_check_not_a_crash(
     tmp_path: Path, fake_programs, zen4, capsys
 ) -> None:
