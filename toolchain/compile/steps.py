@@ -356,9 +356,8 @@ def start_cache_step(build: BuildRun) -> None:
 def compile_step(build: BuildRun) -> None:
     plan, dist = build.plan, build.plan.paths.build_dir / "dist"
     shutil.rmtree(dist, ignore_errors=True)
-    jobs = plan.jobs
-    margin = max(512 * MIB, jobs.reserve_bytes // 2)
-    guard = MemoryGuard(margin_bytes=margin, resume_bytes=margin + jobs.memory_per_job_bytes)
+    margin, resume = plan.jobs.guard_bytes()
+    guard = MemoryGuard(margin_bytes=margin, resume_bytes=resume)
     env = compile_env(build)
     if plan.onednn_prune is not None:
         recipe_file(build, plan.onednn_prune)  # the list CMAKE_ARGS names

@@ -22,7 +22,7 @@ from toolchain.plan.buildplan import (
     Step,
     TorchPin,
 )
-from toolchain.plan.jobs import JobSizing, size_jobs
+from toolchain.plan.jobs import JobSizing, build_jobs
 from toolchain.plan.planner import (
     NINJA_STATUS,
     _patch_steps,
@@ -124,13 +124,7 @@ def _python(recipe: Recipe, host: Host, options: BuildOptions) -> PythonChoice:
 
 def _jobs(host: Host, recipe: Recipe, options: BuildOptions, warnings: list[str]) -> JobSizing:
     """Flat sizing: the recipe's per-unit model was measured on Linux, oneDNN included."""
-    jobs = size_jobs(
-        cpus=host.cpus_usable,
-        available_bytes=host.memory.usable_bytes,
-        memory_per_job_bytes=recipe.memory_per_job_bytes,
-        reserve_bytes=options.reserve_bytes,
-        override=options.jobs,
-    )
+    jobs = build_jobs(host, recipe, options, arch="arm64", measured=False)
     warnings += [jobs.warning] if jobs.warning else []
     warnings.append(
         f"memory per job is the recipe's {recipe.memory_per_job_bytes // MIB:,} MiB, measured "
@@ -252,8 +246,7 @@ def _env(
 ) -> dict[str, str]:
     return {
         "VLLM_TARGET_DEVICE": "cpu",
-        "MAX_JOBS": str(jobs.max_jobs),
-        "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs.max_jobs),
+        **jobs.env(),
         "CMAKE_BUILD_TYPE": options.build_type,
         "CC": APPLE_CC,
         "CXX": APPLE_CXX,

@@ -4,6 +4,10 @@ With a recipe's measured model ([[compile_memory]]) the units are weighed: light
 up to 1.1 GiB) run in one Ninja pool as many at a time as CPUs and memory allow, heavy ones (vLLM's
 kernels, up to 3.8 GiB, and every unmeasured target) in another, after the light ones
 (toolchain/data/job-pools.cmake), so the expected peak is the larger of the two, not their sum.
+
+This module owns the sizing: `build_jobs` takes the host, recipe and options and returns the
+JobSizing the plan stores; the plan's environment, CMake arguments, render lines and the compile's
+memory guard all come from JobSizing's methods, so a change to the rule is an edit here.
 """
 
 from __future__ import annotations
@@ -11,10 +15,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from toolchain.detect.host import Host
 from toolchain.errors import PlanError
-from toolchain.plan.recipes import CompileMemory
-from toolchain.util.units import GIB, gib
+from toolchain.options import BuildOptions
+from toolchain.plan.recipes import CompileMemory, Recipe
+from toolchain.util.compile_cache import PREPROCESS_MIB
+from toolchain.util.units import GIB, MIB, gib
 
 UNMEASURED = "every unmeasured target"
 
@@ -49,6 +57,66 @@ class JobSizing:
             )
             + f"; peak {gib(self.expected_peak_bytes)}"
         )
+
+    def env(self) -> dict[str, str]:
+        """What tells vLLM's setup.py and cmake the job count."""
+        return {"MAX_JOBS": str(self.max_jobs), "CMAKE_BUILD_PARALLEL_LEVEL": str(self.max_jobs)}
+
+    def pool_cmake_args(self, pools_cmake: Path) -> list[str]:
+        """The CMAKE_ARGS that put the units into the pools of job-pools.cmake (none: one pool)."""
+        if not self.pools:
+            return []
+        light, heavy = self.pools
+        return [
+            f"-DCMAKE_PROJECT_INCLUDE={pools_cmake}",
+            f"-DVCB_LIGHT_JOBS={light.jobs}",
+            f"-DVCB_HEAVY_JOBS={heavy.jobs}",
+            f"-DVCB_LIGHT_TARGETS={','.join(light.targets)}",
+        ]
+
+    def compile_summary(self) -> str:
+        """The compile step's "MAX_JOBS=N (the pools)"."""
+        return f"MAX_JOBS={self.max_jobs}" + (f" ({self.schedule()})" if self.pools else "")
+
+    def describe(self) -> list[str]:
+        """The plan's lines about the jobs."""
+        return [
+            f"MAX_JOBS {self.max_jobs}: limited by {self.limited_by}; {self.cpus} CPUs, "
+            f"{gib(self.available_bytes)} available, {gib(self.memory_per_job_bytes)} per job, "
+            f"{gib(self.reserve_bytes)} reserve, expected peak {gib(self.expected_peak_bytes)}",
+            *([f"scheduling: {self.schedule()}"] if self.pools else []),
+        ]
+
+    def guard_bytes(self) -> tuple[int, int]:
+        """The compile's memory guard: pause new compilers below the first figure of available
+        memory, resume above the second (room for one more job)."""
+        margin = max(512 * MIB, self.reserve_bytes // 2)
+        return margin, margin + self.memory_per_job_bytes
+
+
+def build_jobs(
+    host: Host,
+    recipe: Recipe,
+    options: BuildOptions,
+    *,
+    arch: str,
+    remote_cpus: int = 0,
+    measured: bool = True,
+) -> JobSizing:
+    """The plan's sizing from the facts. With build servers (remote_cpus) a job here only
+    preprocesses (and waits), so their CPUs count too; measured=False sizes every unit as the
+    recipe's heaviest (its per-unit model was measured elsewhere)."""
+    remote = remote_cpus > 0
+    return size_jobs(
+        cpus=host.cpus_usable + remote_cpus,
+        available_bytes=host.memory.usable_bytes,
+        memory_per_job_bytes=PREPROCESS_MIB * MIB if remote else recipe.memory_per_job_bytes,
+        reserve_bytes=options.reserve_bytes,
+        override=options.jobs,
+        measured=tuple(m for m in recipe.compile_memory if m.applies_to(arch))
+        if measured and not remote
+        else (),
+    )
 
 
 def size_jobs(

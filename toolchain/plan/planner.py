@@ -34,7 +34,7 @@ from toolchain.plan.cross import (
     plan_cross,
 )
 from toolchain.plan.cross import cmake_args as cross_cmake_args
-from toolchain.plan.jobs import JobSizing, size_jobs
+from toolchain.plan.jobs import JobSizing, build_jobs
 from toolchain.plan.recipes import TIERS_SWITCH, OnednnPrune, Patch, Recipe
 from toolchain.plan.target import choose_target, runs_on, target_arch
 from toolchain.targets import ONEDNN_GEMM_ISAS, IsaModel, Target
@@ -107,15 +107,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
     py_version, py_path = choose_python(recipe, host, options.python)
     dist = _dist_plan(options, warnings)
     remote = dist.remote_cpus if dist else 0
-    jobs = size_jobs(
-        # with build servers, a job here only preprocesses (and waits): their CPUs count too
-        cpus=host.cpus_usable + remote,
-        available_bytes=host.memory.usable_bytes,
-        memory_per_job_bytes=PREPROCESS_MIB * MIB if remote else recipe.memory_per_job_bytes,
-        reserve_bytes=options.reserve_bytes,
-        override=options.jobs,
-        measured=() if remote else tuple(m for m in recipe.compile_memory if m.applies_to(arch)),
-    )
+    jobs = build_jobs(host, recipe, options, arch=arch, remote_cpus=remote)
     warnings += [jobs.warning] if jobs.warning else []
     wheel_version = target.wheel_version(recipe.vllm)
     build_dir = (
@@ -157,8 +149,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
     prune = onednn_prune(recipe, target)
     env = {
         "VLLM_TARGET_DEVICE": "cpu",
-        "MAX_JOBS": str(jobs.max_jobs),
-        "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs.max_jobs),
+        **jobs.env(),
         "CMAKE_BUILD_TYPE": options.build_type,
         **target.env,
         **_kernel_env(recipe, recipe.isa_models[arch], target, patches, options),
@@ -302,13 +293,7 @@ def _cmake_args(
             f"-DVCB_ONEDNN_SKIP={_no_space(recipe_files / prune.file.name)}",
         ]
     if jobs.pools:
-        light, heavy = jobs.pools
-        args += [
-            f"-DCMAKE_PROJECT_INCLUDE={_no_space(POOLS_CMAKE)}",
-            f"-DVCB_LIGHT_JOBS={light.jobs}",
-            f"-DVCB_HEAVY_JOBS={heavy.jobs}",
-            f"-DVCB_LIGHT_TARGETS={','.join(light.targets)}",
-        ]
+        args += jobs.pool_cmake_args(_no_space(POOLS_CMAKE))
     return {"CMAKE_ARGS": " ".join(args)} if args else {}
 
 
@@ -580,9 +565,8 @@ def _steps(
         *([_target_torch_step(cross)] if cross else []),
         Step(
             name="compile",
-            summary=f"pip wheel --no-build-isolation with MAX_JOBS={jobs.max_jobs}"
-            + (f" ({jobs.schedule()})" if jobs.pools else "")
-            + f", log at {paths.log}",
+            summary=f"pip wheel --no-build-isolation with {jobs.compile_summary()}"
+            f", log at {paths.log}",
         ),
         Step(
             name="repair",

@@ -8,7 +8,6 @@ from toolchain.util.units import gib
 
 
 def render_plan(plan: BuildPlan) -> str:
-    jobs = plan.jobs
     lines = [
         f"vLLM {plan.vllm_version} for {plan.arch}, target {plan.target_isa} "
         f"({plan.isa_model}); wheel version {plan.wheel_version}",
@@ -45,10 +44,7 @@ def render_plan(plan: BuildPlan) -> str:
             if plan.dist
             else []
         ),
-        f"MAX_JOBS {plan.max_jobs}: limited by {jobs.limited_by}; {jobs.cpus} CPUs, "
-        f"{gib(jobs.available_bytes)} available, {gib(jobs.memory_per_job_bytes)} per job, "
-        f"{gib(jobs.reserve_bytes)} reserve, expected peak {gib(jobs.expected_peak_bytes)}",
-        *([f"scheduling: {jobs.schedule()}"] if jobs.pools else []),
+        *plan.jobs.describe(),
         "environment:",
         *(f"  {key}={value}" for key, value in sorted(plan.env.items())),
         "steps:",
