@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from toolchain.compile.onednn_prune import measure
-from toolchain.plan.planner import PRUNE_CMAKE
+from toolchain.plan.switches import PRUNE_CMAKE
 
 pytestmark = [
     pytest.mark.compile,

@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import platform
 import shutil
 import sys
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from toolchain import __version__
 from toolchain.compile.compilation import EtaBasis, MemoryGuard, compile_logged
 from toolchain.compile.cross import provision_cross, target_torch
 from toolchain.compile.debuginfo import split_debug_info
+from toolchain.compile.manifest import manifest, write_manifest
 from toolchain.compile.ninja_trace import write_trace
 from toolchain.compile.preflight import check_writable, writable_folders
 from toolchain.compile.progress import (
@@ -33,7 +29,7 @@ from toolchain.compile.provision import provision_gxx
 from toolchain.compile.runner import BuildRun, StepFunction, run_steps
 from toolchain.compile.shared_cache import count, sccache, start_cache, stop, without_cache
 from toolchain.compile.sources import fetch_sdist
-from toolchain.detect.tools import numa_header, program_sha256, tool_version
+from toolchain.detect.tools import numa_header, tool_version
 from toolchain.errors import (
     BuildError,
     SourceError,
@@ -48,7 +44,6 @@ from toolchain.util.datafile import parse_json
 from toolchain.util.files import MARKER as UNPACK_MARKER
 from toolchain.util.files import (
     atomic_path,
-    disk_bytes,
     file_lock,
     sha256_file,
     tar_sha256,
@@ -450,87 +445,6 @@ def _repair(build: BuildRun) -> None:
     build.facts.repaired_wheel = repaired[0]
 
 
-def manifest(build: BuildRun, wheel_name: str) -> dict[str, Any]:
-    plan, host = build.plan, build.host
-    return {
-        "tool": f"vllm-cpu-builder {__version__}",
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "wheel": wheel_name,
-        "vllm_version": plan.vllm_version,
-        "wheel_version": plan.wheel_version,
-        "recipe": Path(plan.recipe).name,
-        "source": plan.source.to_json(),
-        "third_party": [
-            {"name": d.name, "ref": d.ref, "commit": d.commit, "tar_sha256": d.tar_sha256}
-            for d in plan.third_party
-        ],
-        "target_isa": plan.target_isa,
-        "target_arch": plan.arch,
-        "build_arch": plan.build_arch,
-        "cross": _cross_record(build),
-        "arm_compute_library": plan.arm_acl,
-        "isa_model": plan.isa_model,
-        "min_isa": list(plan.min_isa),
-        "toolchain": {
-            "cxx": plan.compiler.cxx,
-            "cxx_version": build.facts.cxx_version,
-            "cxx_sha256": program_sha256(plan.compiler.cxx),
-            "compiler_origin": plan.compiler.origin,
-            "python": plan.python.version,
-            "torch": build.facts.torch,
-            **build.facts.build_tools,
-        },
-        "env": plan.env,
-        "settings_origin": dict(build.options.origins),
-        "host": {
-            "arch": host.arch,
-            "cpu_model": host.cpu_model,
-            "isa_level": host.isa_level,
-            "isa": sorted(k for k, v in host.isa.items() if v),
-            "cpus_usable": host.cpus_usable,
-            "memory_total_bytes": host.memory.total_bytes,
-            "os": host.os_name,
-            "glibc": host.glibc,
-        },
-        "jobs": {
-            "max_jobs": plan.max_jobs,
-            "limited_by": plan.jobs.limited_by,
-            "pools": [dataclasses.asdict(pool) for pool in plan.jobs.pools],
-        },
-        "compile": build.compile_facts(),
-        "compile_cache": build.facts.cache,
-        "durations_seconds": dict(build.durations),
-        "dropped_requirements": [dataclasses.asdict(d) for d in plan.dropped_requirements],
-        "patches": [{"file": p.file.name, "sha256": p.sha256} for p in plan.patches],
-        "build_type": plan.build_type,
-        "kernel_tiers": list(plan.kernel_tiers),
-        "onednn_isa": plan.onednn_isa,
-        "onednn_prune": plan.onednn_prune and plan.onednn_prune.record(),
-        "debug_info": (
-            {"file": debug.name, "sha256": sha256_file(debug), "size_bytes": debug.stat().st_size}
-            if (debug := build.facts.debug_archive)
-            else None
-        ),
-    }
-
-
-def _cross_record(build: BuildRun) -> dict[str, Any] | None:
-    """A cross build: the compiler, the sysroot's packages and hashes, the torch built against."""
-    cross = build.plan.cross
-    if cross is None:
-        return None
-    return {
-        "build_machine": cross.build_machine,
-        "host_machine": cross.host_machine,
-        "cxx": cross.cxx,
-        "cxx_sha256": program_sha256(cross.cxx),
-        **(build.facts.cross or {}),
-        "toolchain_file": cross.toolchain_file.name,
-        "target_torch": build.facts.target_torch,
-        "wheel_platform": cross.wheel_platform,
-    }
-
-
 def deliver(build: BuildRun) -> None:
     """Copy the wheel and its manifest into the wheel folder; readers never see half a file."""
     wheel, total = build.facts.repaired_wheel, time.monotonic() - build.started
@@ -545,15 +459,7 @@ def deliver(build: BuildRun) -> None:
         with atomic_path(folder / debug.name) as temporary:
             shutil.copyfile(debug, temporary)
     digest = sha256_file(final)
-    record = manifest(build, wheel.name) | {
-        "wheel_sha256": digest,
-        "wheel_size_bytes": final.stat().st_size,
-        "total_seconds": round(total, 1),
-        # the next plan's disk need (compile/preflight.py)
-        "build_tree_bytes": disk_bytes(build.plan.paths.build_dir),
-    }
-    with atomic_path(folder / f"{wheel.name}.manifest.json") as temporary:
-        temporary.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    write_manifest(build, final, digest, total)
     trace = write_compile_trace(build, folder / f"{wheel.name}.trace.json")
     compiled = build.facts.compile
     peak = (

@@ -18,6 +18,7 @@ from toolchain.detect.host import Host
 from toolchain.errors import PlanError
 from toolchain.options import BuildOptions
 from toolchain.plan.buildplan import Compiler, Step
+from toolchain.plan.cross import CrossPlan
 from toolchain.plan.recipes import Recipe
 from toolchain.util.datafile import load_toml, string, string_list, table
 
@@ -116,3 +117,27 @@ def choose_compiler(
 def _matching_cc(cxx: str) -> str:
     path = Path(cxx)
     return str(path.with_name(path.name.replace("g++", "gcc").replace("c++", "cc")))
+
+
+def cross_compiler(cross: CrossPlan, options: BuildOptions) -> tuple[Compiler, list[Step]]:
+    """Debian's cross g++ (or --cxx: the user's own cross compiler), and its provisioning."""
+    step = Step(
+        name="provision-toolchain",
+        summary=f"Debian {cross.release}'s {cross.host_machine} cross g++ "
+        f"{cross.compiler_version} (apt-get install when missing) and a sysroot at "
+        f"{cross.sysroot} with " + ", ".join(p.package for p in cross.sysroot_packages),
+    )
+    if options.cxx:
+        cxx = options.cxx
+        return Compiler(
+            cxx=cxx, cc=_cross_cc(cxx), version="checked at build time",
+            origin="CXX / --cxx", minimum="",
+        ), [step]  # fmt: skip
+    return Compiler(
+        cxx=cross.cxx, cc=cross.cc, version=cross.compiler_version, origin="cross", minimum=""
+    ), [step]
+
+
+def _cross_cc(cxx: str) -> str:
+    path = Path(cxx)
+    return str(path.with_name(path.name.replace("g++", "gcc")))

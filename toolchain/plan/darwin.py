@@ -23,13 +23,10 @@ from toolchain.plan.buildplan import (
     TorchPin,
 )
 from toolchain.plan.jobs import JobSizing, build_jobs
-from toolchain.plan.planner import (
-    NINJA_STATUS,
-    _patch_steps,
-    _source,
-    _venv_steps,
-)
 from toolchain.plan.recipes import DarwinRecipe, Patch, Recipe
+from toolchain.plan.sources import plan_source
+from toolchain.plan.steps import patch_steps, venv_steps
+from toolchain.plan.switches import NINJA_STATUS
 from toolchain.plan.target import runs_on
 from toolchain.settings import PYPI_SIMPLE
 from toolchain.targets import IsaModel, Target
@@ -82,7 +79,7 @@ def plan_darwin(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
             origin="Xcode Command Line Tools",
             minimum=darwin.clang_min,
         ),
-        source=_source(recipe, options),
+        source=plan_source(recipe, options),
         third_party=(),
         max_jobs=jobs.max_jobs,
         jobs=jobs,
@@ -278,14 +275,14 @@ def _steps(
             if options.source_dir
             else f"download {recipe.sdist}, check sha256 {recipe.sha256[:12]}…",
         ),
-        *_patch_steps(patches, options),
+        *patch_steps(patches, options),
         Step(
             name="check-toolchain",
             summary=f"{APPLE_CXX} is Apple clang >= {macos.clang_min} (Xcode Command Line "
             f"Tools), cmake >= {recipe.cmake_min}, ninja; no numa.h: vLLM builds without "
             "NUMA on macOS",
         ),
-        *_venv_steps(recipe, torch, paths),
+        *venv_steps(recipe, torch, paths),
         Step(
             name="compile",
             summary=f"pip wheel --no-build-isolation with MAX_JOBS={jobs.max_jobs}{march}, "

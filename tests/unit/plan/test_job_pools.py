@@ -11,9 +11,9 @@ import pytest
 from toolchain.detect.host import Host
 from toolchain.errors import DataFileError
 from toolchain.plan.jobs import UNMEASURED, size_jobs
-from toolchain.plan.planner import POOLS_CMAKE
 from toolchain.plan.recipes import CompileMemory, load_recipe
 from toolchain.plan.render import render_plan
+from toolchain.plan.switches import POOLS_CMAKE
 from toolchain.util.units import GIB, MIB
 
 from .test_plan import RECIPES, host_of, plan  # noqa: F401  (host_of is a fixture)

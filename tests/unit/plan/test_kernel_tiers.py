@@ -11,9 +11,10 @@ import pytest
 
 from toolchain.detect.host import Host
 from toolchain.errors import PlanError
-from toolchain.plan.planner import PRUNE_CMAKE, BuildOptions, plan_build
+from toolchain.plan.planner import BuildOptions, plan_build
 from toolchain.plan.recipes import load_recipe
 from toolchain.plan.render import render_plan
+from toolchain.plan.switches import PRUNE_CMAKE
 
 from .test_plan import RECIPES, SAVED, _run, host_of, plan  # noqa: F401  (host_of is a fixture)
 
@@ -186,9 +187,9 @@ def test_a_prune_list_in_a_folder_with_a_space_is_refused(
     host_of: Callable[..., Host],  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import toolchain.plan.planner as planner_module
+    import toolchain.plan.switches as switches_module
 
-    monkeypatch.setattr(planner_module, "PRUNE_CMAKE", Path("/opt/my tools/prune-onednn.cmake"))
+    monkeypatch.setattr(switches_module, "PRUNE_CMAKE", Path("/opt/my tools/prune-onednn.cmake"))
     with pytest.raises(PlanError, match=r"has a space, which vLLM's setup\.py cannot pass"):
         plan(host_of("x86-zen4"), "0.32.0", target="avx2")
     assert "CMAKE_PROJECT" not in plan(host_of("x86-zen4"), "0.32.0", target="avx512").env.get(

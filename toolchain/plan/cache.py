@@ -1,0 +1,88 @@
+"""The compile cache of a plan: ccache or sccache as the launcher, a shared sccache backend with
+ccache as its fallback, and the build servers of an sccache-dist scheduler."""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from pathlib import Path
+
+from toolchain.detect.host import Host
+from toolchain.options import BuildOptions
+from toolchain.plan.buildplan import DistPlan
+from toolchain.util.compile_cache import PREPROCESS_MIB, scheduler_status
+from toolchain.util.units import MIB
+
+
+def cache_env(
+    host: Host, options: BuildOptions, build_dir: Path, warnings: list[str]
+) -> dict[str, str]:
+    names = {tool.name for tool in host.build_tools}
+    if options.cache is not None:
+        # The pinned sccache in the build venv (on the compile's PATH): vLLM's setup.py takes
+        # sccache when it finds one. Its server listens on a socket of this build only. ccache's
+        # settings stay for the fallback when the cache cannot be reached.
+        shared = {
+            "CMAKE_C_COMPILER_LAUNCHER": "sccache",
+            "CMAKE_CXX_COMPILER_LAUNCHER": "sccache",
+            "SCCACHE_SERVER_UDS": str(_private_tmp(build_dir, ".sock")),
+            "SCCACHE_IDLE_TIMEOUT": "0",
+            # paths inside these folders count relative to them, so that another machine's
+            # work folder (and the compiler provisioned into it) hits the same entries
+            "SCCACHE_BASEDIRS": ":".join(
+                str(d) for d in (options.work_dir, options.source_dir) if d is not None
+            ),
+            **options.cache.env,
+            # the client's private config (the scheduler, its token), written by start-cache
+            **({"SCCACHE_CONF": str(_private_tmp(build_dir, ".toml"))} if options.dist else {}),
+        }
+        fallback = _ccache_env(options, build_dir) if "ccache" in names else {}
+        return {**fallback, **shared}
+    # vLLM's setup.py prefers sccache when both are on PATH; configure the one it will use.
+    launcher: str | None = next((n for n in ("sccache", "ccache") if n in names), None)
+    if launcher is None:
+        warnings.append(
+            "no ccache or sccache on PATH: a rebuild compiles everything again "
+            "(apt-get install ccache)"
+        )
+        return {}
+    env = {"CMAKE_C_COMPILER_LAUNCHER": launcher, "CMAKE_CXX_COMPILER_LAUNCHER": launcher}
+    return {**env, **(_ccache_env(options, build_dir) if launcher == "ccache" else {})}
+
+
+def _private_tmp(build_dir: Path, suffix: str) -> Path:
+    """A file in /tmp of this build only: a socket path must be short (108 bytes)."""
+    digest = hashlib.sha256(str(build_dir).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"vcb-sccache-{digest}{suffix}"
+
+
+def dist_plan(options: BuildOptions, warnings: list[str]) -> DistPlan | None:
+    """The build servers the scheduler has now; none reachable means compiling here."""
+    if options.dist is None:
+        return None
+    status = scheduler_status(options.dist.url)
+    if status is None or status[1] == 0:
+        warnings.append(
+            f"the sccache-dist scheduler {options.dist.url} "
+            + ("cannot be reached" if status is None else "has no build servers")
+            + ": jobs are sized for compiling here (sccache compiles here what it cannot send)"
+        )
+    servers, cpus = status or (0, 0)
+    return DistPlan(
+        scheduler=options.dist.url,
+        servers=servers,
+        remote_cpus=cpus,
+        preprocess_bytes=PREPROCESS_MIB * MIB,
+    )
+
+
+def _ccache_env(options: BuildOptions, build_dir: Path) -> dict[str, str]:
+    # Hits across build folders and rebuilt venvs: paths relative to the build folder, the
+    # compiler judged by its content, not its mtime.
+    return {
+        "CCACHE_DIR": str(options.work_dir / "ccache"),
+        "CCACHE_BASEDIR": str(build_dir),
+        "CCACHE_NOHASHDIR": "true",
+        "CCACHE_COMPILERCHECK": "content",
+        "CCACHE_MAXSIZE": "20G",
+    }

@@ -1,0 +1,131 @@
+"""What the compile is told besides the target's own switches: the kernel-tier switch, CMAKE_ARGS
+(oneDNN limited to the target's ISA and its unused units left out, the job pools, a cross build's
+toolchain file), the Arm Compute Library, and the switches only a recipe patch adds."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from toolchain.errors import PlanError
+from toolchain.options import BuildOptions
+from toolchain.plan.cross import ACL_SWITCH, CrossPlan
+from toolchain.plan.cross import cmake_args as cross_cmake_args
+from toolchain.plan.jobs import JobSizing
+from toolchain.plan.recipes import TIERS_SWITCH, OnednnPrune, Patch, Recipe
+from toolchain.targets import ONEDNN_GEMM_ISAS, IsaModel, Target
+
+# The live progress line reads ninja's "[done/total]"
+NINJA_STATUS = "[%f/%t] "
+DATA = Path(str(resources.files("toolchain") / "data"))
+PRUNE_CMAKE, POOLS_CMAKE = DATA / "prune-onednn.cmake", DATA / "job-pools.cmake"
+ACL_NAME = "ComputeLibrary"
+
+
+def kernel_env(
+    recipe: Recipe,
+    model: IsaModel,
+    target: Target,
+    patches: tuple[Patch, ...],
+    options: BuildOptions,
+) -> dict[str, str]:
+    """The switch that limits the compile to the target's kernel tiers."""
+    every_tier = {tier for t in model.targets.values() for tier in t.kernel_tiers}
+    if not set(target.kernel_tiers) < every_tier:
+        return {}
+    if options.source_dir:  # built as it is: the tree must have the switch already
+        setup = options.source_dir / "setup.py"
+        patched = setup.is_file() and TIERS_SWITCH in setup.read_text(errors="replace")
+        why = f"{setup} does not read it"
+    else:
+        patched = any(TIERS_SWITCH in p.enables for p in patches)
+        why = "the recipe has no such patch"
+    if not patched:
+        raise PlanError(
+            f"target {target.name} compiles only {', '.join(target.kernel_tiers)}, which "
+            f"needs a patch adding {TIERS_SWITCH} to vLLM {recipe.vllm}: {why}",
+            hint="build the default target, or build the sdist with the recipe's patch "
+            "(recipes/patches/vllm-cpu-x86-tiers.patch)",
+        )
+    return {TIERS_SWITCH: ",".join(target.kernel_tiers)}
+
+
+def cmake_args(
+    target: Target,
+    prune: OnednnPrune | None,
+    jobs: JobSizing,
+    recipe_files: Path,
+    cross: CrossPlan | None,
+    acl: bool | None,
+) -> dict[str, str]:
+    """CMAKE_ARGS: a cross build's toolchain file, oneDNN limited to the target's ISA (and on
+    Arm without ACL when the mirror has none), the oneDNN units it never links left out (the
+    list as the recipe was loaded, written into the build folder by the compile step), and the
+    units put into the job pools."""
+    args = [*cross_cmake_args(cross)] if cross else []
+    if acl is False:
+        args.append(f"-D{ACL_SWITCH}=OFF")
+    if target.onednn_isa not in (None, "ALL"):
+        gemm = target.onednn_isa if target.onednn_isa in ONEDNN_GEMM_ISAS else "ALL"
+        args += [
+            f"-DONEDNN_ENABLE_PRIMITIVE_CPU_ISA={target.onednn_isa}",
+            f"-DONEDNN_ENABLE_GEMM_KERNELS_ISA={gemm}",
+        ]
+    if prune is not None:
+        args += [
+            f"-DCMAKE_PROJECT_oneDNN_INCLUDE={no_space(PRUNE_CMAKE)}",
+            f"-DVCB_ONEDNN_SKIP={no_space(recipe_files / prune.file.name)}",
+        ]
+    if jobs.pools:
+        args += jobs.pool_cmake_args(no_space(POOLS_CMAKE))
+    return {"CMAKE_ARGS": " ".join(args)} if args else {}
+
+
+def no_space(path: Path) -> Path:
+    """vLLM's setup.py splits CMAKE_ARGS at spaces: a path with one cannot pass."""
+    if " " in str(path):
+        raise PlanError(
+            f"{path} has a space, which vLLM's setup.py cannot pass to cmake",
+            hint="install the toolkit (and its recipes) in a folder without spaces",
+        )
+    return path
+
+
+def onednn_prune(recipe: Recipe, target: Target) -> OnednnPrune | None:
+    """The recipe's list of oneDNN units this target never links, if it has one."""
+    return next((p for p in recipe.onednn_prune if p.target == target.name), None)
+
+
+def arm_acl(
+    recipe: Recipe, arch: str, options: BuildOptions, patches: tuple[Patch, ...]
+) -> bool | None:
+    """Arm builds only: oneDNN with the Arm Compute Library, unless the mirror has no ACL
+    archive (its repository is out of reach of an air-gapped build) and the recipe's patch
+    can leave it out."""
+    acl = next((d for d in recipe.third_party_for(arch) if d.name == ACL_NAME), None)
+    if acl is None:
+        return None
+    if options.sources is None or (options.sources / acl.archive).is_file():
+        return True
+    return not has_switch(options, patches, ACL_SWITCH)
+
+
+def has_switch(options: BuildOptions, patches: tuple[Patch, ...], switch: str) -> bool:
+    """Whether the source reads this build switch: the recipe's patch adds it, or a
+    --source-dir tree has it already."""
+    if options.source_dir:
+        found = (options.source_dir / name for name in ("setup.py", "cmake/cpu_extension.cmake"))
+        return any(f.is_file() and switch in f.read_text(errors="replace") for f in found)
+    return any(switch in p.enables for p in patches)
+
+
+def require_switch(
+    recipe: Recipe, options: BuildOptions, patches: tuple[Patch, ...], switch: str, what: str
+) -> None:
+    if not has_switch(options, patches, switch):
+        raise PlanError(
+            f"{what} needs vLLM {recipe.vllm} to read {switch}, which only a recipe patch adds "
+            "(upstream's setup.py and cmake take the machine from the build machine)",
+            hint="use a release whose recipe has the cross patch (0.32.0), or build on a "
+            "machine of the target's architecture",
+        )
