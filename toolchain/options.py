@@ -145,6 +145,7 @@ class PublishOptions:
     index_dir: Path
     upload: str | None
     work_dir: Path
+    server_kind: str = "auto"  # toolchain/publish/index_servers.py
     index_url: str | None  # the public index for install-command's requirements, when given
     sources: PipSources
     wheel_variants: bool = False
@@ -157,6 +158,7 @@ def publish_options(values: Mapping[str, Any]) -> PublishOptions:
         index_dir=Path(values["index_dir"]),
         upload=_url(values, "upload"),
         work_dir=work_dir(values),
+        server_kind=values["server_kind"],
         index_url=_url(values, "index_url"),
         sources=pip_sources(values),
         wheel_variants=bool(values["wheel_variants"]),

@@ -239,6 +239,15 @@ SETTINGS = (
         help="also upload the wheels with twine to this index server URL",
     ),
     Setting(
+        name="server_kind",
+        commands=PUBLISH,
+        default="auto",
+        # the kinds of toolchain/publish/index_servers.py (a test keeps the two the same)
+        choices=("auto", "pypiserver", "devpi", "nexus", "artifactory", "gitlab", "static"),
+        help="the --upload server's kind, which says its simple index (auto: ask the server)",
+        default_text="auto",
+    ),
+    Setting(
         name="wheel_variants",
         commands=PUBLISH,
         kind=bool,

@@ -186,6 +186,7 @@ def test_twine_has_no_credential_on_its_command_line(
     wheels = tmp_path / "wheels"
     make_wheel(wheels, "vcbdemo", "1.0+cpu.portable")
     child_env["VCB_UPLOAD"] = f"http://builder:{secret}@{stalling_index.url}/"
+    child_env["VCB_SERVER_KIND"] = "pypiserver"  # the stalling fake answers like no real server
     argv = ["publish", "--wheel-dir", str(wheels), "--index-dir", str(tmp_path / "index")]
     seen, out = _scan_while_held(argv, b"twine\x00upload", secret, stalling_index, child_env)
     assert seen >= 5, out

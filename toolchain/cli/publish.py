@@ -31,7 +31,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     if options.upload:
         # the upload goes first: a refused or failed upload leaves the static index as it was
         log = options.work_dir / "upload.log"
-        report = upload(wheels, options.upload, log)
+        report = upload(wheels, options.upload, log, options.server_kind)
         where = redact(options.upload)
         reporter.line(f"uploaded to {where}: {', '.join(report.uploaded) or 'nothing new'}")
         if report.skipped:

@@ -22,6 +22,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from toolchain.errors import ProcessFailedError, PublishError
+from toolchain.publish.index_servers import AUTO, ServerKind, server_kind
 from toolchain.util import run
 from toolchain.util.files import sha256_file
 from toolchain.util.net import open_url
@@ -40,19 +41,14 @@ class UploadReport:
     skipped: list[str] = field(default_factory=list)
 
 
-def simple_url(upload_url: str) -> str:
-    """Where a server that takes uploads at `upload_url` lists its files (pypiserver, devpi)."""
-    base = upload_url.rstrip("/")
-    return f"{base}/+simple" if "/+" not in base and _is_devpi(base) else f"{base}/simple"
+def index_server(upload_url: str, kind: str = AUTO) -> ServerKind:
+    """The server's kind (--server-kind, or asked with twine's credentials when `auto`)."""
+    return server_kind(kind, upload_url, _auth_header(twine_env(upload_url, os.environ)))
 
 
-def _is_devpi(base: str) -> bool:
-    return urllib.parse.urlsplit(base).path.count("/") >= 2  # devpi: /USER/INDEX
-
-
-def existing_files(upload_url: str, project: str) -> dict[str, str]:
+def existing_files(upload_url: str, project: str, server: ServerKind) -> dict[str, str]:
     """filename -> sha256 of what the server already has for `project`."""
-    url = f"{simple_url(upload_url)}/{canonicalize_name(project)}/"
+    url = f"{server.simple_url(upload_url)}{canonicalize_name(project)}/"
     try:
         files = project_files(url, timeout=30, redirects=False)  # elsewhere: not on this server
     except urllib.error.HTTPError as exc:
@@ -73,13 +69,13 @@ class UploadPlan:
     before: dict[str, dict[str, str]]  # project -> filename -> sha256, as the server had them
 
 
-def plan_upload(wheels: Sequence[Path], upload_url: str) -> UploadPlan:
+def plan_upload(wheels: Sequence[Path], upload_url: str, server: ServerKind) -> UploadPlan:
     """What to send, what is already there identically; a clash raises before any upload."""
     send, same = [], []
     before: dict[str, dict[str, str]] = {}
     for wheel in wheels:
         project = canonicalize_name(parse_wheel_filename(wheel.name)[0])
-        there = before.setdefault(project, existing_files(upload_url, project))
+        there = before.setdefault(project, existing_files(upload_url, project, server))
         if wheel.name not in there:
             send.append(wheel)
         elif there[wheel.name] == sha256_file(wheel):
@@ -94,8 +90,11 @@ def plan_upload(wheels: Sequence[Path], upload_url: str) -> UploadPlan:
     return UploadPlan(send=send, same=same, before=before)
 
 
-def upload(wheels: Sequence[Path], upload_url: str, log: Path) -> UploadReport:
-    planned = plan_upload(wheels, upload_url)
+def upload(
+    wheels: Sequence[Path], upload_url: str, log: Path, server_kind: str = AUTO
+) -> UploadReport:
+    server = index_server(upload_url, server_kind)
+    planned = plan_upload(wheels, upload_url, server)
     report = UploadReport(skipped=planned.same)
     for wheel in planned.send:
         try:
@@ -114,7 +113,7 @@ def upload(wheels: Sequence[Path], upload_url: str, log: Path) -> UploadReport:
                 what=f"uploading {wheel.name}",
             )
         except ProcessFailedError as exc:
-            rollback = roll_back(report.uploaded, planned.before, upload_url)
+            rollback = roll_back(report.uploaded, planned.before, upload_url, server)
             raise _upload_error(exc, wheel, upload_url, rollback) from exc
         report.uploaded.append(wheel.name)
     return report
@@ -135,15 +134,22 @@ class Rollback:
 
 
 def roll_back(
-    sent: Sequence[str], before: Mapping[str, Mapping[str, str]], upload_url: str
+    sent: Sequence[str],
+    before: Mapping[str, Mapping[str, str]],
+    upload_url: str,
+    server: ServerKind,
 ) -> Rollback:
     """Remove the files this run sent, and only those.
 
     pypiserver's remove_pkg removes every file of a name and version, so a version is removed
     only when the server held none of its files before this run; otherwise nothing of it is
-    removed and the report says what to remove by hand.
+    removed and the report says what to remove by hand. Other servers are not sent it.
     """
     result = Rollback()
+    if not server.removes_versions:
+        why = f"{server.what} is not sent pypiserver's remove_pkg: remove it in the server"
+        result.left += [f"{name} ({why})" for name in sent]
+        return result
     versions: dict[tuple[str, str], list[str]] = {}
     for name in sent:
         project_name, project_version, _, _ = parse_wheel_filename(name)
@@ -160,7 +166,7 @@ def roll_back(
             result.left += [f"{name} ({why})" for name in names]
             continue
         problem = _remove_version(project, version, upload_url)
-        gone = problem or _still_there(names, project, upload_url)
+        gone = problem or _still_there(names, project, upload_url, server)
         if gone:
             result.left += [f"{name} ({gone})" for name in names]
         else:
@@ -184,9 +190,9 @@ def _remove_version(project: str, version: str, upload_url: str) -> str:
     return ""
 
 
-def _still_there(names: Sequence[str], project: str, upload_url: str) -> str:
+def _still_there(names: Sequence[str], project: str, upload_url: str, server: ServerKind) -> str:
     try:
-        there = existing_files(upload_url, project)
+        there = existing_files(upload_url, project, server)
     except PublishError as exc:
         return f"could not check that it is gone: {exc.message}"
     return "the server still lists it" if set(names) & set(there) else ""
