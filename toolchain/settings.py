@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.errors import DataFileError, UsageError
+from toolchain.util.compile_cache import cache_examples
 from toolchain.util.datafile import load_toml
 
 ENV_PREFIX = "VCB_"
@@ -195,9 +196,8 @@ SETTINGS = (
         name="cache",
         commands=BUILD,
         unset="none",
-        help="a compile cache shared between machines, through sccache: redis://HOST:6379, "
-        "s3://BUCKET/PREFIX, webdav+https://HOST/PATH or a folder; credentials only from the "
-        "environment",
+        help="a compile cache shared between machines, through sccache: "
+        f"{cache_examples(' or ')}; credentials only from the environment",
         default_text="ccache, local",
     ),
     Setting(

@@ -238,8 +238,8 @@ def _disk_check(plan: BuildPlan) -> Check:
 def writable_folders(plan: BuildPlan, options: BuildOptions) -> dict[str, Path]:
     """The folders a build writes into, by the setting that names them."""
     folders = {"--wheel-dir": plan.paths.wheel_dir, "--work-dir": plan.paths.work_dir}
-    if options.cache is not None and options.cache.backend == "local":
-        folders["--cache"] = Path(options.cache.where)
+    if options.cache is not None and options.cache.folder is not None:
+        folders["--cache"] = options.cache.folder
     return folders
 
 

