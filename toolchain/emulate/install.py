@@ -111,13 +111,14 @@ def install_into_root(
         what="creating the venv in the emulated root",
     )
     site = venv / "lib" / f"python{spec.python}" / "site-packages"
-    run.run_logged(
-        [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-compile",
-         "--target", site, *platform_args(spec), *sources.args(), *deps.install],
-        log=log,
-        what=f"installing the requirements of {wheel.name} for {spec.arch}",
-    )  # fmt: skip
-    _move_scripts(site / "bin", venv / "bin")  # before the next --target skips an existing bin/
+    if deps.install:  # pip refuses an empty list ("You must give at least one requirement")
+        run.run_logged(
+            [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-compile",
+             "--target", site, *platform_args(spec), *sources.args(), *deps.install],
+            log=log,
+            what=f"installing the requirements of {wheel.name} for {spec.arch}",
+        )  # fmt: skip
+        _move_scripts(site / "bin", venv / "bin")  # before the next --target skips a bin/
     # Its own torch pin (+cpu) is what a substitute torch replaces: the wheel goes in alone.
     run.run_logged(
         [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-compile",

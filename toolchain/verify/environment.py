@@ -78,8 +78,11 @@ def create_env(wheel: Path, venv: Path, sources: PipSources, log: Path) -> Runti
         "install",
         "--disable-pip-version-check",
     ]
-    argv, extra = secret_indexes_to_env([*map(str, pip), *sources.args(), *deps.install])
-    run.run_logged(argv, log=log, env=with_env(os.environ, extra), what="installing requirements")
+    if deps.install:  # pip refuses an empty list ("You must give at least one requirement")
+        argv, extra = secret_indexes_to_env([*map(str, pip), *sources.args(), *deps.install])
+        run.run_logged(
+            argv, log=log, env=with_env(os.environ, extra), what="installing requirements"
+        )
     run.run_logged([*pip, "--no-deps", wheel], log=log, what=f"installing {wheel.name}")
     return deps
 

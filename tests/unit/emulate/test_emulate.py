@@ -357,3 +357,26 @@ def test_stand_ins_are_preloaded_inside_the_root_not_into_the_hosts_unshare(
 def test_the_root_has_a_compiler_for_torch_compile() -> None:
     spec = root_spec("aarch64")
     assert {"g++", "python3-dev"} <= set(spec.packages)  # inductor's C++ and Python.h
+
+
+@pytest.mark.parametrize(("install", "pip_runs"), [((), 1), (("numpy==2.0",), 2)])
+def test_a_wheel_without_requirements_goes_into_the_root_alone(
+    install: tuple[str, ...], pip_runs: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolchain.emulate.install import install_into_root
+    from toolchain.emulate.root import RootPlan
+    from toolchain.runtime_deps import PipSources, RuntimePlan
+    from toolchain.util import run
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(run, "run_logged", lambda argv, **_: calls.append([str(a) for a in argv]))
+    spec = root_spec("aarch64")
+    plan = RootPlan(spec=spec, path=tmp_path / "root", mirror="http://127.0.0.1:1/debian")
+    wheel = tmp_path / "tiny-1.0-py3-none-any.whl"
+    deps = RuntimePlan(install=install, left_out=())
+    install_into_root(wheel, plan, deps, PipSources(), tmp_path / "install.log")
+    pips = [argv for argv in calls if "pip" in argv]
+    assert len(pips) == pip_runs, "pip refuses an install with no requirement"
+    assert pips[-1][-1] == str(wheel)
+    if install:
+        assert pips[0][-len(install) :] == list(install)

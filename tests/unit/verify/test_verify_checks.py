@@ -377,3 +377,28 @@ def test_the_preload_advice_names_intel_openmp_from_the_environment(
     result = check_threads(host, _facts(tmp_path, intel_openmp=[iomp]), {})
     assert result.status == WARN and "no tcmalloc" in result.summary
     assert f":{iomp}:$LD_PRELOAD" in result.fix and "libtcmalloc_minimal.so.4" in result.fix
+
+
+def _record_runs(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """run_logged replaced by a recorder: each command as strings, nothing started."""
+    from toolchain.util import run
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(run, "run_logged", lambda argv, **_: calls.append([str(a) for a in argv]))
+    return calls
+
+
+@pytest.mark.parametrize(("requires", "installs"), [((), 1), (("numpy",), 2)])
+def test_a_wheel_without_requirements_installs_alone(
+    requires: tuple[str, ...], installs: int, tmp_path: Path, make_wheel, monkeypatch
+) -> None:
+    from toolchain.runtime_deps import PipSources
+    from toolchain.verify.environment import create_env
+
+    calls = _record_runs(monkeypatch)
+    wheel = make_wheel(tmp_path / "wheels", "tiny", "1.0", requires=requires)
+    create_env(wheel, tmp_path / "venv", PipSources(), tmp_path / "install.log")
+    pip_installs = [argv for argv in calls if "install" in argv]
+    assert len(pip_installs) == installs, "pip refuses an install with no requirement"
+    assert all(argv[argv.index("install") + 1 :] for argv in pip_installs)
+    assert pip_installs[-1][-1] == str(wheel)
