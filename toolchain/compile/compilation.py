@@ -22,9 +22,9 @@ from pathlib import Path
 from toolchain.compile.progress import (
     QUIET_INTERVAL,
     Phases,
+    ci_folding,
     counter,
     eta_seconds,
-    in_github_actions,
     phase_of,
 )
 from toolchain.compile.unit_memory import UnitMemory
@@ -180,7 +180,7 @@ def compile_logged(
         process = start_streaming(argv, env=env, cwd=cwd)
         reader = threading.Thread(target=_read_output, args=(process, handle, stats), daemon=True)
         reader.start()
-        phases = Phases(fold=in_github_actions())
+        phases = Phases(folding=ci_folding())
         try:
             with _termination_as_interrupt():
                 _watch(process, stats, guard, (started, interval, eta), servers, phases)

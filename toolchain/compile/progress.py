@@ -1,5 +1,6 @@
-"""What the compile shows while it runs: the phase, n/N with percent and an ETA; in GitHub Actions
-one folded group per phase, and a table of the build in the job's step summary.
+"""What the compile shows while it runs: the phase, n/N with percent and an ETA; in CI one folded
+group (GitHub Actions) or collapsed section (GitLab) per phase, and a table of the build in
+GitHub's step summary.
 
 Phases follow ninja's status lines: configure until the first `[n/N]`, then oneDNN's units, the
 kernels, and the link; repair is the build step after the compile. A phase only moves forward
@@ -13,7 +14,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,15 +36,51 @@ def phase_of(line: str) -> str:
     return "oneDNN" if ONEDNN.search(line) else "kernels"
 
 
-def in_github_actions() -> bool:
-    return os.environ.get("GITHUB_ACTIONS") == "true"
+GITLAB_SECTION_NAME = re.compile(r"[^A-Za-z0-9_.-]")  # what GitLab's section names may hold
+CLEAR = "\x1b[0K"  # erase to the end of the line: GitLab's marker lines do not show
+
+
+@dataclass(frozen=True)
+class Folding:
+    """How the CI log folds a stretch of lines: GitHub Actions' `::group::`, GitLab's collapsed
+    sections (`section_start:TS:NAME[collapsed=true]`, as GitLab's job-log docs give them), or
+    nothing outside CI. `clock` gives the sections' Unix time stamps."""
+
+    ci: str = ""  # "github", "gitlab" or ""
+    clock: Callable[[], float] = time.time
+
+    def start(self, header: str) -> None:
+        if self.ci == "github":
+            reporter.line(f"::group::{header}")
+        elif self.ci == "gitlab":
+            stamp, name = int(self.clock()), self._name(header)
+            reporter.line(f"{CLEAR}section_start:{stamp}:{name}[collapsed=true]\r{CLEAR}{header}")
+
+    def end(self, header: str) -> None:
+        if self.ci == "github":
+            reporter.line("::endgroup::")
+        elif self.ci == "gitlab":
+            reporter.line(f"{CLEAR}section_end:{int(self.clock())}:{self._name(header)}\r{CLEAR}")
+
+    @staticmethod
+    def _name(header: str) -> str:
+        return GITLAB_SECTION_NAME.sub("_", header.replace(": ", "_"))
+
+
+def ci_folding(env: Mapping[str, str] = os.environ) -> Folding:
+    """The folding of the CI this runs in, from the variables each CI sets in every job."""
+    if env.get("GITHUB_ACTIONS") == "true":
+        return Folding(ci="github")
+    if env.get("GITLAB_CI") == "true":
+        return Folding(ci="gitlab")
+    return Folding()
 
 
 @dataclass
 class Phases:
-    """The compile's current phase; a GitHub Actions group per phase when `fold`."""
+    """The compile's current phase, each folded in the CI's log (one group or section each)."""
 
-    fold: bool
+    folding: Folding
     current: str | None = None
 
     def enter(self, phase: str) -> None:
@@ -50,25 +88,22 @@ class Phases:
             return
         self.end()
         self.current = phase
-        if self.fold:
-            reporter.line(f"::group::compile: {phase}")
+        self.folding.start(f"compile: {phase}")
 
     def end(self) -> None:
-        if self.fold and self.current is not None:
-            reporter.line("::endgroup::")
+        if self.current is not None:
+            self.folding.end(f"compile: {self.current}")
 
 
 @contextlib.contextmanager
-def github_group(name: str) -> Iterator[None]:
-    """A folded group in GitHub Actions' log around a step; nothing elsewhere."""
-    fold = in_github_actions()
-    if fold:
-        reporter.line(f"::group::{name}")
+def ci_group(header: str) -> Iterator[None]:
+    """A folded group (GitHub Actions) or collapsed section (GitLab) around a step."""
+    folding = ci_folding()
+    folding.start(header)
     try:
         yield
     finally:
-        if fold:
-            reporter.line("::endgroup::")
+        folding.end(header)
 
 
 def learned_cpu_per_unit(wheel_dir: Path, vllm_version: str, target: str) -> float | None:

@@ -21,7 +21,7 @@ from toolchain.compile.ninja_trace import write_trace
 from toolchain.compile.preflight import check_writable, writable_folders
 from toolchain.compile.progress import (
     cache_hit_rate,
-    github_group,
+    ci_group,
     learned_cpu_per_unit,
     step_summary,
 )
@@ -389,7 +389,7 @@ def compile_step(build: BuildRun) -> None:
 
 def repair(build: BuildRun) -> None:
     """auditwheel repair: bundle what the target may lack (libnuma), never torch's libraries."""
-    with github_group("repair"):
+    with ci_group("repair"):
         _repair(build)
 
 

@@ -1,4 +1,4 @@
-"""Compile progress: the phase, n/N with percent and an ETA, GitHub Actions groups and summary."""
+"""Compile progress: the phase, n/N with percent and an ETA, CI log folding, GitHub's summary."""
 
 from __future__ import annotations
 
@@ -12,8 +12,11 @@ import pytest
 from toolchain.compile import compilation
 from toolchain.compile.compilation import EtaBasis, MemoryGuard, compile_logged
 from toolchain.compile.progress import (
+    Folding,
     Phases,
     cache_hit_rate,
+    ci_folding,
+    ci_group,
     counter,
     eta_seconds,
     learned_cpu_per_unit,
@@ -36,7 +39,7 @@ def test_each_ninja_line_has_its_phase(line: str, phase: str) -> None:
 
 
 def test_a_phase_only_moves_forward_and_each_is_one_github_group(capsys) -> None:
-    phases = Phases(fold=True)
+    phases = Phases(folding=Folding(ci="github"))
     for phase in ("configure", "oneDNN", "kernels", "oneDNN", "kernels", "link"):
         phases.enter(phase)
     phases.end()
@@ -48,8 +51,66 @@ def test_a_phase_only_moves_forward_and_each_is_one_github_group(capsys) -> None
     ]  # fmt: skip
 
 
-def test_no_groups_outside_github_actions(capsys) -> None:
-    phases = Phases(fold=False)
+def test_each_phase_is_one_collapsed_gitlab_section(capsys) -> None:
+    stamps = iter(range(1_765_000_000, 1_765_000_100, 10))
+    phases = Phases(folding=Folding(ci="gitlab", clock=lambda: float(next(stamps))))
+    for phase in ("configure", "oneDNN", "kernels", "oneDNN", "link"):
+        phases.enter(phase)
+    phases.end()
+    k = "\x1b[0K"  # erase to the end of the line, around each marker as GitLab's docs write it
+    assert capsys.readouterr().out.split("\n") == [  # splitlines would split at the \r
+        f"{k}section_start:1765000000:compile_configure[collapsed=true]\r{k}compile: configure",
+        f"{k}section_end:1765000010:compile_configure\r{k}",
+        f"{k}section_start:1765000020:compile_oneDNN[collapsed=true]\r{k}compile: oneDNN",
+        f"{k}section_end:1765000030:compile_oneDNN\r{k}",
+        f"{k}section_start:1765000040:compile_kernels[collapsed=true]\r{k}compile: kernels",
+        f"{k}section_end:1765000050:compile_kernels\r{k}",
+        f"{k}section_start:1765000060:compile_link[collapsed=true]\r{k}compile: link",
+        f"{k}section_end:1765000070:compile_link\r{k}",
+        "",
+    ]  # fmt: skip
+
+
+def test_a_section_name_holds_only_what_gitlab_allows(capsys) -> None:
+    folding = Folding(ci="gitlab", clock=lambda: 7.9)
+    folding.start("build: 0.32.0 (avx2)")
+    folding.end("build: 0.32.0 (avx2)")
+    start, end, _ = capsys.readouterr().out.split("\n")
+    assert start.startswith("\x1b[0Ksection_start:7:build_0.32.0__avx2_[collapsed=true]\r")
+    assert start.endswith("\x1b[0Kbuild: 0.32.0 (avx2)")
+    assert end == "\x1b[0Ksection_end:7:build_0.32.0__avx2_\r\x1b[0K"
+
+
+@pytest.mark.parametrize(
+    ("env", "ci"),
+    [
+        ({"GITHUB_ACTIONS": "true"}, "github"),
+        ({"GITLAB_CI": "true"}, "gitlab"),
+        ({"GITLAB_CI": "false", "CI": "true"}, ""),
+        ({}, ""),
+    ],
+)
+def test_the_ci_is_read_from_the_variables_it_sets(env: dict[str, str], ci: str) -> None:
+    assert ci_folding(env).ci == ci
+
+
+def test_the_repair_step_is_folded_in_gitlab_and_nothing_outside_ci(
+    monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    monkeypatch.setenv("GITLAB_CI", "true")
+    with ci_group("repair"):
+        pass
+    out = capsys.readouterr().out
+    assert re.fullmatch(
+        r"\x1b\[0Ksection_start:\d+:repair\[collapsed=true\]\r\x1b\[0Krepair\n"
+        r"\x1b\[0Ksection_end:\d+:repair\r\x1b\[0K\n",
+        out,
+    ), out
+    monkeypatch.delenv("GITLAB_CI")
+    with ci_group("repair"):
+        pass
+    phases = Phases(folding=Folding())
     phases.enter("configure")
     phases.enter("link")
     phases.end()
@@ -135,3 +196,21 @@ def test_the_compile_shows_phases_percent_and_eta_in_github_actions(
     assert "[oneDNN] 1/4 (25%), ETA 9.0 s" in out, out  # 3 units x 6 CPU-s over 2 jobs
     assert "[kernels] 3/4 (75%), ETA 3.0 s" in out, out
     assert "[link] 4/4 (100%), ETA 0.0 s" in out, out
+
+
+@pytest.mark.integration
+def test_the_compile_folds_each_phase_in_gitlab(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    monkeypatch.setenv("GITLAB_CI", "true")
+    monkeypatch.setattr(compilation, "QUIET_INTERVAL", 0.0)
+    compile_logged(
+        ["sh", "-c", NINJA_LIKE], env=dict(os.environ), cwd=tmp_path, log=tmp_path / "build.log",
+        guard=MemoryGuard(margin_bytes=0, resume_bytes=0), interval=0.2,
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    started = re.findall(r"section_start:\d+:compile_(\w+)\[collapsed=true\]", out)
+    assert started == ["configure", "oneDNN", "kernels", "link"]
+    assert re.findall(r"section_end:\d+:compile_(\w+)\r", out) == started
+    assert "::group::" not in out
