@@ -39,6 +39,7 @@ class BuildOptions:
     """What plan and build-wheel take from the settings, typed."""
 
     target: str | None = None
+    arch: str | None = None  # the wheel's architecture; None: the target's, else the host's
     jobs: int | None = None
     python: str | None = None
     cxx: str | None = None
@@ -91,6 +92,7 @@ def build_options(values: Mapping[str, Any]) -> BuildOptions:
         )
     return BuildOptions(
         target=values["target"],
+        arch=values["arch"],
         jobs=values["jobs"],
         python=values["python"],
         cxx=values["cxx"],

@@ -18,6 +18,7 @@ from typing import Any
 from toolchain.errors import DataFileError, UsageError
 from toolchain.util.compile_cache import cache_examples
 from toolchain.util.datafile import load_toml
+from toolchain.util.platform import SUPPORTED_ARCHES
 
 ENV_PREFIX = "VCB_"
 TOML_TABLE = "vllm-cpu-builder"
@@ -98,6 +99,14 @@ SETTINGS = (
         unset="host",
         help="ISA target",
         default_text="the best this host can build and run",
+    ),
+    Setting(
+        name="arch",
+        commands=("plan", "build-wheel", "provision-toolchain"),
+        choices=SUPPORTED_ARCHES,
+        unset="host",
+        help="architecture the wheel is for (aarch64 on an x86_64 machine: a cross build)",
+        default_text="the --target's, else the machine described",
     ),
     Setting(
         name="jobs",

@@ -128,7 +128,8 @@ def _target(data: dict[str, Any], name: str, arch: str, model: str, *, where: st
                                                                   "host_must_have")}  # fmt: skip
     _known(lists, set(isa_table().features[arch]), f"{arch} feature names (data/isa.toml)", where)
     tiers = string_list(data, "kernel_tiers", where=where)
-    _known({"kernel_tiers": tiers}, set(tier_needs(arch)), f"{arch} kernel tiers", where)
+    # `_C` is every era's library; where the tiers table lists no needs for it, the wheel's own
+    _known({"kernel_tiers": tiers}, {"_C", *tier_needs(arch)}, f"{arch} kernel tiers", where)
     onednn_isa = string(data, "onednn_isa", where=where) if "onednn_isa" in data else None
     if onednn_isa is not None and onednn_isa not in ONEDNN_ISAS:
         raise DataFileError(f"{where}: onednn_isa is one of {', '.join(ONEDNN_ISAS)}")
@@ -202,26 +203,39 @@ class TargetCatalog:
 
     def target(self, platform: str, version: Version, label: Label) -> Target | None:
         """The target a wheel's label names, looked up in its era first (a 0.16 `avx2` is not
-        0.17's); a bare `+cpu` is its era's default target where it has one (x86 portable),
-        else unknown (None), as is a name no era of the platform has."""
+        0.17's); a bare `+cpu` is its era's default target where it has one (x86 portable,
+        0.32's Arm portable), else unknown (None), as is a name no era of the platform has."""
+        found = self._found(platform, version, label)
+        return found[1] if found else None
+
+    def _found(self, platform: str, version: Version, label: Label) -> tuple[int, Target] | None:
+        """The target and how far from the wheel's era it was found (0: in its own era)."""
         models = self.models(platform, version)
         if label.target is None:
-            model = models[0] if models else None
-            return model.targets.get(model.default_target or "") if model else None
-        return next((m.targets[label.target] for m in models if label.target in m.targets), None)
+            default = models[0].targets.get(models[0].default_target or "") if models else None
+            return (0, default) if default else None
+        return next(
+            ((rank, m.targets[label.target]) for rank, m in enumerate(models)
+             if label.target in m.targets),
+            None,
+        )  # fmt: skip
 
     def wheel_target(self, version: Version, platform_tags: Iterable[str]) -> Target | None:
         """The target of a wheel by its version and platform tags; a wheel for any platform
-        (py3-none-any) takes the one platform of its era whose model has the labelled target."""
+        (py3-none-any) takes the platform whose model has the labelled target nearest the
+        wheel's era (a 1.0 `portable` is x86's, whose every era since 0.17 has one, not 0.32's
+        Arm one), and no platform when two are as near."""
         label = read_label(version)
         if label is None:
             return None
         platform = wheel_platform(platform_tags)
         if platform is not None:
             return self.target(platform, version, label)
-        found = [self.target(arch, version, label) for arch in SUPPORTED_ARCHES]
-        named = [target for target in found if target is not None]
-        return named[0] if len(named) == 1 else None
+        found = [self._found(arch, version, label) for arch in SUPPORTED_ARCHES]
+        named = sorted((hit for hit in found if hit is not None), key=lambda hit: hit[0])
+        if not named or (len(named) > 1 and named[0][0] == named[1][0]):
+            return None
+        return named[0][1]
 
 
 def wheel_platform(platform_tags: Iterable[str]) -> str | None:

@@ -53,11 +53,15 @@ def test_a_target_is_looked_up_in_its_era() -> None:
 
 
 def test_a_bare_cpu_label_is_looked_up_with_its_architecture() -> None:
-    """An Arm `+cpu` wheel without a manifest never gets x86 portable's AVX2 needs."""
+    """An Arm `+cpu` wheel without a manifest never gets x86 portable's AVX2 needs: it is Arm
+    portable in the era that has one (0.32, the arm-tiers patch), else unknown."""
     catalog = shipped_catalog()
     arm = catalog.wheel_target(Version("0.32.0+cpu"), ARM)
     x86 = catalog.wheel_target(Version("0.32.0+cpu"), X86)
-    assert arm is None
+    assert arm is not None and arm.model == "arm-tiers" and arm.name == "portable"
+    assert arm.min_isa == ("asimd", "fp16", "dotprod")
+    for other_era in ("0.31.0+cpu", "0.33.0+cpu", "0.34.0+cpu"):
+        assert catalog.wheel_target(Version(other_era), ARM) is None
     assert x86 is not None and x86.name == "portable" and x86.min_isa == ("avx2", "f16c")
     mac = catalog.wheel_target(Version("0.32.0+cpu.bf16"), ["macosx_14_0_arm64"])
     assert mac is not None and mac.model == "apple-sysctl" and mac.march

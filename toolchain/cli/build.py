@@ -75,7 +75,7 @@ def cmd_fetch_sources(args: argparse.Namespace) -> int:
         recipe_from_values(values),
         args.to,
         index_url=options.index_url,
-        arches=_mirror_arches(args.arch),
+        arches=_mirror_arches(args.mirror_arch),
         git_repos=repos,
     )
     return 0
@@ -184,6 +184,7 @@ def configure_parser(commands: Any) -> None:
     fetch.add_argument("--to", type=Path, required=True, help="the mirror folder to fill")
     fetch.add_argument(
         "--arch",
+        dest="mirror_arch",  # not plan's --arch setting: this one also takes "all"
         choices=[*SUPPORTED_ARCHES, "all"],
         help="fetch the sources these builds need (default: this machine's architecture)",
     )

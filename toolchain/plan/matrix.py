@@ -103,6 +103,8 @@ def _cell(recipe: Recipe, arch: str, name: str, python: str, cache: bool) -> Cel
     target = recipe.isa_models[arch].targets[name]
     argv = ["nox", "-s", "build-wheel", "--", "--vllm", str(recipe.vllm)]
     argv += ["--target", name, "--python", python]
+    if any(name in m.targets for a, m in recipe.isa_models.items() if a != arch):
+        argv += ["--arch", arch]  # `portable` is a target of both architectures
     return Cell(
         vllm=str(recipe.vllm),
         target=name,

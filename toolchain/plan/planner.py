@@ -66,7 +66,8 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
     host.require_supported()
     if host.system == "Darwin":
         return plan_darwin(host, recipe, options)
-    arch = target_arch(recipe, host.arch, options.target)  # the host machine: the wheel's
+    # the host machine: the wheel's
+    arch = target_arch(recipe, host.arch, options.target, options.arch)
     cross = arch != host.build_arch
     # a CPU's features count only for the architecture it has
     isa = host.isa if host.arch == arch else {}

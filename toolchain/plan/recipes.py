@@ -27,8 +27,26 @@ from toolchain.util.datafile import (
 from toolchain.util.platform import SUPPORTED_ARCHES
 from toolchain.util.units import MIB
 
-# The switch vllm-cpu-x86-tiers.patch adds: which of the x86 kernel tiers to compile
-TIERS_SWITCH = "VLLM_CPU_X86_TIERS"
+
+@dataclass(frozen=True, kw_only=True)
+class TiersSwitch:
+    """The switch an architecture's tiers patch adds to vLLM: which kernel tiers to compile."""
+
+    name: str
+    patch: str
+    # an unpatched build compiles every tier of its era (x86's dispatch wheel); else it compiles
+    # one _C whose ISA other switches choose (Arm), so every target with tiers needs the switch
+    unpatched_builds_all: bool
+
+
+TIERS_SWITCHES = {
+    "x86_64": TiersSwitch(
+        name="VLLM_CPU_X86_TIERS", patch="vllm-cpu-x86-tiers.patch", unpatched_builds_all=True
+    ),
+    "aarch64": TiersSwitch(
+        name="VLLM_CPU_ARM_TIERS", patch="vllm-0.32-cpu-arm-tiers.patch", unpatched_builds_all=False
+    ),
+}
 
 
 @dataclass(frozen=True, kw_only=True)

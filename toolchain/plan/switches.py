@@ -12,7 +12,7 @@ from toolchain.options import BuildOptions
 from toolchain.plan.cross import ACL_SWITCH, CrossPlan
 from toolchain.plan.cross import cmake_args as cross_cmake_args
 from toolchain.plan.jobs import JobSizing
-from toolchain.plan.recipes import TIERS_SWITCH, OnednnPrune, Patch, Recipe
+from toolchain.plan.recipes import TIERS_SWITCHES, OnednnPrune, Patch, Recipe
 from toolchain.targets import ONEDNN_GEMM_ISAS, IsaModel, Target
 
 # The live progress line reads ninja's "[done/total]"
@@ -29,25 +29,36 @@ def kernel_env(
     patches: tuple[Patch, ...],
     options: BuildOptions,
 ) -> dict[str, str]:
-    """The switch that limits the compile to the target's kernel tiers."""
+    """The switch that limits the compile to the target's kernel tiers: an x86 target compiling
+    fewer than every tier, or any Arm target with tiers (upstream compiles one `_C` there)."""
+    switch = TIERS_SWITCHES.get(target.arch)
+    if switch is None or not target.kernel_tiers:
+        return {}
     every_tier = {tier for t in model.targets.values() for tier in t.kernel_tiers}
-    if not set(target.kernel_tiers) < every_tier:
+
+    def unpatched(t: Target) -> bool:  # upstream's source builds it as it is
+        return not t.kernel_tiers or (
+            switch.unpatched_builds_all and set(t.kernel_tiers) == every_tier
+        )
+
+    if unpatched(target):
         return {}
     if options.source_dir:  # built as it is: the tree must have the switch already
         setup = options.source_dir / "setup.py"
-        patched = setup.is_file() and TIERS_SWITCH in setup.read_text(errors="replace")
+        patched = setup.is_file() and switch.name in setup.read_text(errors="replace")
         why = f"{setup} does not read it"
     else:
-        patched = any(TIERS_SWITCH in p.enables for p in patches)
+        patched = any(switch.name in p.enables for p in patches)
         why = "the recipe has no such patch"
     if not patched:
+        plain = " or ".join(t.name for t in model.targets.values() if unpatched(t))
         raise PlanError(
-            f"target {target.name} compiles only {', '.join(target.kernel_tiers)}, which "
-            f"needs a patch adding {TIERS_SWITCH} to vLLM {recipe.vllm}: {why}",
-            hint="build the default target, or build the sdist with the recipe's patch "
-            "(recipes/patches/vllm-cpu-x86-tiers.patch)",
+            f"target {target.name} compiles {', '.join(target.kernel_tiers)}, which "
+            f"needs a patch adding {switch.name} to vLLM {recipe.vllm}: {why}",
+            hint=f"build --target {plain}, or the sdist with the recipe's patch "
+            f"(recipes/patches/{switch.patch})",
         )
-    return {TIERS_SWITCH: ",".join(target.kernel_tiers)}
+    return {switch.name: ",".join(target.kernel_tiers)}
 
 
 def cmake_args(

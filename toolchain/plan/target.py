@@ -33,9 +33,15 @@ def runs_on(target: Target, isa: Mapping[str, bool]) -> list[str]:
     return [feature for feature in target.min_isa if not isa.get(feature)]
 
 
-def target_arch(recipe: Recipe, described: str, wanted: str | None) -> str:
-    """The host machine's architecture: the one whose targets name --target (the Arm targets
-    need no --arch), else the architecture of the machine described (this one, or --cpuinfo)."""
+def target_arch(recipe: Recipe, described: str, wanted: str | None, arch: str | None = None) -> str:
+    """The host machine's architecture: --arch; else the one whose targets name --target (the
+    Arm targets need no --arch), else the architecture of the machine described (this one, or
+    --cpuinfo)."""
+    if arch is not None:
+        if arch not in recipe.isa_models:
+            raise PlanError(f"vLLM {recipe.vllm} has no CPU build for {arch} (its recipe's "
+                            f"[isa_model] names {', '.join(recipe.isa_models)})")  # fmt: skip
+        return arch
     model = recipe.isa_models.get(described)
     if wanted is None or (model is not None and wanted in model.targets):
         return described
@@ -73,7 +79,11 @@ def _best_target(
     recipe: Recipe, model: IsaModel, isa: Mapping[str, bool], *, cross: bool
 ) -> Target:
     """The era's default target (one wheel for a mixed fleet), else the last (richest) target
-    the host can both build exactly and run."""
+    the host can both build exactly and run. With no CPU of the architecture described (an
+    x86 machine asked for --arch aarch64), the default, which no CPU needs to choose."""
+    default = model.targets.get(model.default_target or "")
+    if default is not None and not isa:
+        return default
     fitting = [
         t
         for t in model.targets.values()
@@ -87,5 +97,4 @@ def _best_target(
             hint=f"build for other CPUs with --target {' or --target '.join(model.targets)} "
             "(`plan --cpuinfo FILE` plans for a machine from its saved /proc/cpuinfo)",
         )
-    default = model.targets.get(model.default_target or "")
     return default if default in fitting else fitting[-1]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from toolchain.errors import DataFileError
 from toolchain.targets import IsaModel
-from toolchain.util.datafile import check_keys, load_toml, string_list, table
+from toolchain.util.datafile import check_keys, load_toml, string, string_list, table
 from toolchain.util.platform import SUPPORTED_ARCHES
 
 ERAS_FILE = "isa-eras.toml"
@@ -28,6 +28,8 @@ class Era:
     switches: frozenset[str]
     extension_targets: frozenset[str] | None  # None: not part of this era's signature
     sysctl: frozenset[str] | None  # a macOS era: the sysctl names cmake asks; None: Linux
+    patched_era: str | None = None  # an era of no cmake file: that era's with `patch` applied
+    patch: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,9 +64,14 @@ def load_eras(path: Path, models: Mapping[str, IsaModel]) -> tuple[list[Era], fr
     eras = []
     for name in (key for key in data if key != OTHER_ARCHES):
         entry, at = table(data, name, where=where), f"{where} [{name}]"
-        check_keys(entry, {"switches", "extension_targets", "sysctl"}, where=at)
+        check_keys(entry, {"switches", "extension_targets", "sysctl", "patched_era", "patch"},
+                   where=at)  # fmt: skip
         if name not in models:
             raise DataFileError(f"{at}: no ISA model of that name in isa-models.toml")
+        patched = {key: string(entry, key, where=at) for key in ("patched_era", "patch")
+                   if key in entry}  # fmt: skip
+        if len(patched) == 1 or patched.get("patched_era", name) not in models:
+            raise DataFileError(f"{at}: 'patched_era' names a model and goes with 'patch'")
         eras.append(
             Era(
                 model=name,
@@ -72,9 +79,20 @@ def load_eras(path: Path, models: Mapping[str, IsaModel]) -> tuple[list[Era], fr
                 switches=_names(entry, "switches", at) or frozenset(),
                 extension_targets=_names(entry, "extension_targets", at),
                 sysctl=_names(entry, "sysctl", at),
+                **patched,
             )
         )
     return eras, ignored
+
+
+def patched_eras(found: Mapping[str, str], eras: list[Era], patches: set[str]) -> dict[str, str]:
+    """arch -> ISA model, with an era's patched model where the recipe lists its patch."""
+    result = dict(found)
+    for era in eras:
+        patched = era.patched_era is not None and era.patch in patches
+        if patched and result.get(era.arch) == era.patched_era:
+            result[era.arch] = era.model
+    return result
 
 
 def _names(entry: dict[str, object], key: str, where: str) -> frozenset[str] | None:
@@ -95,7 +113,11 @@ def recognise_eras(
         )
     found = {}
     for arch in SUPPORTED_ARCHES:
-        mine = [era for era in eras if era.arch == arch and era.sysctl is None]
+        mine = [
+            era
+            for era in eras
+            if era.arch == arch and era.sysctl is None and era.patched_era is None
+        ]
         seen = switches & {s for era in mine for s in era.switches}
         matches = [
             era.model for era in mine if era.switches == seen and _targets_match(era, targets)

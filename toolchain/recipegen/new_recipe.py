@@ -20,6 +20,7 @@ from toolchain.recipegen.cmake_facts import (
     downloads,
     gxx_minimum,
     load_eras,
+    patched_eras,
     recognise_darwin,
     recognise_eras,
 )
@@ -60,6 +61,9 @@ def shipped_patches(recipes_dir: Path) -> list[Path]:
     return sorted((recipes_dir / PATCHES_DIR).glob("*.patch"))
 
 
+ISA_HEADER = "[isa_model]"
+
+
 def files_read(patches: Iterable[Path]) -> set[str]:
     """The sdist files the generator reads: its facts and what the patches change."""
     return set(FACT_FILES).union(*(patch_targets(patch) for patch in patches))
@@ -75,7 +79,12 @@ def generate(version: Version, sdist: Path, sha256: str, recipes_dir: Path) -> G
     draft = _Draft(version, files, Shipped.load(recipes_dir, leave_out=version), recipes_dir)
     sections = draft.sections(sdist_name=f"vllm-{version}.tar.gz", sha256=sha256)
     runs = tuple(dry_run(patches, files))
-    sections += draft.patches(runs)
+    listed = draft.patches(runs)
+    # a listed patch can make the era's model (arm-tiers: arm-switches with the tiers patch)
+    names = {Path(str(entry.keys["file"])).name for entry in listed}
+    draft.isa = patched_eras(draft.isa, draft.eras, names)
+    sections = [draft.isa_section() if s.header == ISA_HEADER else s for s in sections]
+    sections += listed
     sections += draft.prune()
     name = recipe_path(recipes_dir, str(version)).name
     text = render(draft.header(), sections)
@@ -108,6 +117,7 @@ class _Draft:
         models = load_isa_models(folder / ISA_MODELS_FILE)
         eras, ignored = load_eras(folder / ERAS_FILE, models)
         self.isa = recognise_eras(cmake, eras, ignored, where=where)
+        self.eras = eras
         self.darwin_isa = recognise_darwin(cmake, eras, where=where)
         self.models = models
         self.gxx = gxx_minimum(cmake, where=where)
@@ -162,10 +172,13 @@ class _Draft:
                 header="[toolchain]",
                 keys={"gxx_min": {"x86_64": self.gxx}, "cmake_min": self.cmake_min},
             ),
-            Section(header="[isa_model]", keys=dict(self.isa)),
+            self.isa_section(),
             *(self._third_party(d) for d in _ordered(self.downloads)),
             *self._drop_requirements(),
         ]
+
+    def isa_section(self) -> Section:
+        return Section(header=ISA_HEADER, keys=dict(self.isa))
 
     def _python(self) -> Section:
         preferred, why = preferred_python(self.shipped, SpecifierSet(self.requires), self.version)

@@ -195,3 +195,80 @@ def test_a_prune_list_in_a_folder_with_a_space_is_refused(
     assert "CMAKE_PROJECT" not in plan(host_of("x86-zen4"), "0.32.0", target="avx512").env.get(
         "CMAKE_ARGS", ""
     )
+
+
+ARM_TIERS_PATCH = "vllm-0.32-cpu-arm-tiers.patch"
+
+
+def test_the_arm_portable_wheel_compiles_both_libraries_through_its_patch(
+    host_of: Callable[..., Host],  # noqa: F811
+) -> None:
+    """0.32 on Arm (issue #29 item 8): portable is the default and names its two libraries;
+    the lean Arm targets keep upstream's one _C, chosen by its switches."""
+    x86 = host_of("x86-zen4", build_arch="x86_64")
+    for result in (plan(x86, arch="aarch64"), plan(x86, target="portable", arch="aarch64")):
+        assert (result.arch, result.target_isa, result.cross is not None) == (
+            "aarch64",
+            "portable",
+            True,
+        )
+        assert result.kernel_tiers == ("_C", "_C_ARM_BF16I8MM")
+        assert result.env["VLLM_CPU_ARM_TIERS"] == "_C,_C_ARM_BF16I8MM"
+        assert not any(k in result.env for k in ("VLLM_CPU_ARM_BF16", "VLLM_CPU_ARM_I8MM"))
+        assert result.min_isa == ("asimd", "fp16", "dotprod")
+        names = [p.file.name for p in result.patches]
+        assert names.index(ARM_TIERS_PATCH) == names.index("vllm-0.32-cpu-arm-cross.patch") + 1
+        assert "kernel tiers _C, _C_ARM_BF16I8MM" in render_plan(result)
+    # `portable` alone on an x86 machine is still x86's
+    assert plan(x86, target="portable").arch == "x86_64"
+    lean = plan(x86, target="bf16i8mm")
+    assert lean.kernel_tiers == () and "VLLM_CPU_ARM_TIERS" not in lean.env
+    assert lean.env["VLLM_CPU_ARM_BF16"] == lean.env["VLLM_CPU_ARM_I8MM"] == "1"
+    # other eras have no Arm portable: the richest target again, and --target portable is x86's
+    assert plan(host_of("arm-graviton3"), "0.33.0").target_isa == "bf16i8mm"
+    with pytest.raises(PlanError, match="builds the targets neon, bf16, bf16i8mm; not 'portable'"):
+        plan(x86, "0.33.0", target="portable", arch="aarch64")
+
+
+def test_the_arm_portable_target_needs_the_arm_tier_switch(
+    host_of: Callable[..., Host],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    recipe = load_recipe(RECIPES, "0.32.0")
+    unpatched = dataclasses.replace(
+        recipe, patches=tuple(p for p in recipe.patches if p.file.name != ARM_TIERS_PATCH)
+    )
+    graviton3 = host_of("arm-graviton3")
+    with pytest.raises(PlanError) as caught:
+        plan_build(graviton3, unpatched, BuildOptions())
+    assert "needs a patch adding VLLM_CPU_ARM_TIERS to vLLM 0.32.0" in caught.value.message
+    assert caught.value.hint is not None
+    assert "--target neon or bf16 or bf16i8mm" in caught.value.hint
+    assert ARM_TIERS_PATCH in caught.value.hint
+    tree = tmp_path / "vllm"
+    tree.mkdir()
+    (tree / "setup.py").write_text('os.environ.get("VLLM_CPU_X86_TIERS")\n')
+    with pytest.raises(PlanError, match=r"setup\.py does not read it"):
+        plan(graviton3, source_dir=tree)
+    (tree / "setup.py").write_text('os.environ.get("VLLM_CPU_ARM_TIERS")\n')
+    assert plan(graviton3, source_dir=tree).env["VLLM_CPU_ARM_TIERS"] == "_C,_C_ARM_BF16I8MM"
+
+
+def test_arch_is_a_setting_of_the_build_commands(
+    host_of: Callable[..., Host],  # noqa: F811  (its fake g++, ccache and Pythons)
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("toolchain.detect.host.machine_arch", lambda: "x86_64")
+    for variable in ("CXX", "MAX_JOBS", "VCB_TARGET", "VCB_ARCH"):
+        monkeypatch.delenv(variable, raising=False)
+    code, out, _ = _run(capsys, *SAVED, "--vllm", "0.32.0", "--arch", "aarch64", "--json")
+    assert code == 0
+    shown = json.loads(out)
+    assert (shown["arch"], shown["target_isa"]) == ("aarch64", "portable")
+    assert shown["kernel_tiers"] == ["_C", "_C_ARM_BF16I8MM"]
+    monkeypatch.setenv("VCB_ARCH", "aarch64")
+    code, out, _ = _run(capsys, *SAVED, "--vllm", "0.32.0", "--json")
+    assert code == 0 and json.loads(out)["arch"] == "aarch64"
+    code, _, err = _run(capsys, *SAVED, "--arch", "riscv64")
+    assert code == 2 and "--arch is x86_64 or aarch64, not 'riscv64'" in err

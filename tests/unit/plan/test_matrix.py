@@ -27,14 +27,28 @@ def test_every_target_of_an_era_with_the_runner_it_needs() -> None:
 
 def test_arm_cells_and_the_shared_cache() -> None:
     cells = build_matrix(
-        [load_recipe(RECIPES, "0.32.0")], arch="aarch64", pythons=["3.12"], cache=True
+        [load_recipe(RECIPES, "0.33.0")], arch="aarch64", pythons=["3.12"], cache=True
     )
     assert [c.name for c in cells] == [
-        "vllm-0.32.0-aarch64-neon-py3.12",
-        "vllm-0.32.0-aarch64-bf16-py3.12",
-        "vllm-0.32.0-aarch64-bf16i8mm-py3.12",
+        "vllm-0.33.0-aarch64-neon-py3.12",
+        "vllm-0.33.0-aarch64-bf16-py3.12",
+        "vllm-0.33.0-aarch64-bf16i8mm-py3.12",
     ]
     assert all(c.command.endswith('--cache "$VCB_CACHE"') for c in cells)
+
+
+def test_the_arm_portable_era_builds_its_default_named_with_its_arch() -> None:
+    """0.32 on Arm builds one portable wheel, as x86 does; `portable` names a target of both
+    architectures, so the cell's command says which."""
+    recipe = load_recipe(RECIPES, "0.32.0")
+    (cell,) = build_matrix([recipe], arch="aarch64")
+    assert cell.name == "vllm-0.32.0-aarch64-portable-py3.11"
+    assert cell.command.endswith("--target portable --python 3.11 --arch aarch64")
+    assert cell.must_have == ("asimd", "dotprod", "fp16") and cell.must_lack == ()
+    (x86,) = build_matrix([recipe], arch="x86_64")
+    assert x86.command.endswith("--target portable --python 3.11 --arch x86_64")
+    lean = build_matrix([recipe], arch="aarch64", targets=["bf16i8mm"])
+    assert lean[0].command.endswith("--target bf16i8mm --python 3.11")
 
 
 @pytest.mark.parametrize(

@@ -107,10 +107,16 @@ def test_overcommitting_override_is_warned_with_the_peak(host_of: Callable[..., 
         ("x86-alderlake", "0.16.0", "avx2"),
         ("x86-sapphirerapids", "0.32.0", "portable"),
         ("x86-haswell", "0.34.0", "portable"),
-        ("arm-graviton2", "0.32.0", "neon"),
-        ("arm-graviton3", "0.32.0", "bf16i8mm"),
-        ("arm-neoverse-v2", "0.32.0", "bf16i8mm"),
-        ("arm-asahi-m1", "0.32.0", "neon"),
+        # 0.32 on Arm (the arm-tiers patch): one wheel for every Arm CPU, as on x86
+        ("arm-graviton2", "0.32.0", "portable"),
+        ("arm-graviton3", "0.32.0", "portable"),
+        ("arm-neoverse-v2", "0.32.0", "portable"),
+        ("arm-asahi-m1", "0.32.0", "portable"),
+        # eras without it: the richest target the host builds and runs
+        ("arm-graviton2", "0.33.0", "neon"),
+        ("arm-graviton3", "0.33.0", "bf16i8mm"),
+        ("arm-neoverse-v2", "0.34.0", "bf16i8mm"),
+        ("arm-asahi-m1", "0.33.0", "neon"),
         ("arm-graviton3", "0.16.0", "bf16"),
     ],
 )
@@ -173,9 +179,10 @@ def test_cross_target_is_allowed_but_warned(host_of: Callable[..., Host]) -> Non
     [
         ("x86-zen4", "0.32.0", "amx", "builds the targets portable, avx2, avx512, avx512bf16; "),
         ("x86-zen4", "0.16.0", "neon", "needs vLLM 0.16.0 to read VLLM_CPU_TARGET_MACHINE"),
-        ("arm-graviton3", "0.32.0", "portable", "no cross toolchain from aarch64 to x86_64"),
+        ("arm-graviton3", "0.33.0", "portable", "no cross toolchain from aarch64 to x86_64"),
         ("arm-graviton3", "0.32.0", "avx2", "no x86_64 wheel can be built on this aarch64 machine"),
-        ("arm-graviton3", "0.32.0", "sve", "builds the targets neon, bf16, bf16i8mm; not 'sve'"),
+        ("arm-graviton3", "0.32.0", "sve", "the targets portable, neon, bf16, bf16i8mm; not 'sve'"),
+        ("arm-graviton3", "0.33.0", "sve", "builds the targets neon, bf16, bf16i8mm; not 'sve'"),
         (
             "x86-zen4",
             "0.16.0",

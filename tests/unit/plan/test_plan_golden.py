@@ -40,6 +40,9 @@ CASES = {
         [
             "--vllm",
             "0.32.0",
+            # a tree built as it is: portable would need it to read VLLM_CPU_ARM_TIERS
+            "--target",
+            "bf16i8mm",
             "--cxx",
             "g++-14",  # must exist since the plan checks it (issue #12)
             "--jobs",
@@ -66,6 +69,14 @@ CASES = {
         "buildhost-24g",
         {"g++": "12.2.0\n"},
         ["--vllm", "0.32.0", "--target", "bf16i8mm", "--sources", "/mirror"],
+        "x86_64",
+    ),
+    # issue #29 item 8: the Arm portable wheel (two kernel libraries), cross-compiled
+    "x86-buildhost-0.32.0-cross-portable": (
+        "x86-epyc-kvm-buildhost",
+        "buildhost-24g",
+        {"g++": "12.2.0\n"},
+        ["--vllm", "0.32.0", "--target", "portable", "--arch", "aarch64", "--sources", "/mirror"],
         "x86_64",
     ),
     "graviton3-described-on-x86-0.32.0-cross": (

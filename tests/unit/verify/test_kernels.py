@@ -63,3 +63,27 @@ def test_exit_132_counts_as_sigill_and_other_failures_as_errors(
     assert by_tier["_C"].status == "sigill" and by_tier["_C"].lacking == ("asimd", "bf16")
     assert by_tier["_C_AVX2"].status == "error"
     assert "libnuma.so.1" in describe(by_tier["_C_AVX2"])
+
+
+def test_the_arm_portable_wheel_s_bf16_library_names_what_a_neoverse_n1_lacks(
+    tmp_path: Path, fake_programs
+) -> None:
+    """Its _C needs what the wheel needs (the baseline); _C_ARM_BF16I8MM needs BF16 and I8MM."""
+    folder = _package(tmp_path, "_C.abi3.so", "_C_ARM_BF16I8MM.abi3.so")
+
+    def python(argv: list[str]) -> tuple[int, str]:
+        return (-4, "") if "_C_ARM_BF16I8MM" in argv[-1] else (0, "")
+
+    fake_programs.add("python", answer=python)
+    n1 = dict.fromkeys(["asimd", "fp16", "dotprod"], True)
+    results = load_kernels(
+        fake_programs.folder / "python",
+        folder,
+        arch="aarch64",
+        isa=n1,
+        wheel_min_isa=("asimd", "fp16", "dotprod"),
+    )
+    by_tier = {r.tier: r for r in results}
+    assert by_tier["_C"].status == "ok"
+    assert by_tier["_C_ARM_BF16I8MM"].status == "sigill"
+    assert by_tier["_C_ARM_BF16I8MM"].lacking == ("bf16", "i8mm")

@@ -66,6 +66,11 @@ def test_vllm_picks_the_avx512_bf16_tier_on_zen4_and_avx2_elsewhere() -> None:
     assert picked_tier("x86_64", {"avx512f": True}, shipped) == "_C_AVX512"
     assert picked_tier("x86_64", {"avx2": True}, shipped) == "_C_AVX2"
     assert picked_tier("aarch64", {}, ["_C"]) == "_C"
+    # the Arm portable wheel (0.32): its BF16 + I8MM library only where the CPU has both
+    arm = ["_C", "_C_ARM_BF16I8MM"]
+    assert picked_tier("aarch64", {"bf16": True, "i8mm": True}, arm) == "_C_ARM_BF16I8MM"
+    assert picked_tier("aarch64", {"bf16": True}, arm) == "_C"
+    assert picked_tier("aarch64", {"asimd": True}, arm) == "_C"
 
 
 def test_an_unavailable_tier_is_not_a_failure(host: Host) -> None:
