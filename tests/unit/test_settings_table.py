@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[1].parent
 # the (required) release to write a recipe for, which has none yet
 NOT_SETTINGS = {
     "new-recipe": {"--vllm"},
-    "matrix": {"--vllm", "--target", "--python", "--recipes", "--cache"},
+    "matrix": {"--vllm", "--target", "--python", "--recipes", "--cache", "--arch"},
+    "fetch-sources": {"--arch"},  # the mirror's architectures, "all" too: not the wheel's
     "verify": {"--python"},
     "check-kernels": {"--python"},
     "install-command": {"--python"},
