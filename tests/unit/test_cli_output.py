@@ -154,7 +154,7 @@ def test_a_server_answering_deeply_nested_json_is_a_problem_not_a_crash() -> Non
 
     with pytest.raises(DataFileError):
         openai_api.exercise("http://127.0.0.1:1", "m", fetch)
-    assert engine_checks._marked("RESULT " + DEEP, "RESULT ") == {}
+    assert engine_checks.marked("RESULT " + DEEP, "RESULT ") == {}
 
 
 def test_json_is_read_through_one_helper() -> None:

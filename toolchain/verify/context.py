@@ -92,12 +92,14 @@ class Context:
 
 
 def _tiny_model(state: Verification) -> Path:
-    model = state.logs / "tiny-model"
+    return tiny_model(state.python, state.logs / "tiny-model", state.logs / "install.log")
+
+
+def tiny_model(python: Path, model: Path, log: Path) -> Path:
+    """verify's tiny local model at `model`, made with `python` (torch, transformers) once."""
     if not (model / "config.json").is_file():
         shutil.rmtree(model, ignore_errors=True)
         run.run_logged(
-            [state.python, SCRIPTS / "make_tiny_model.py", model],
-            log=state.logs / "install.log",
-            what="making the tiny model",
+            [python, SCRIPTS / "make_tiny_model.py", model], log=log, what="making the tiny model"
         )
     return model

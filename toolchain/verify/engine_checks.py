@@ -68,8 +68,8 @@ def run_generate(engine: Engine) -> CheckResult:
             argv, timeout=engine.timeout, check=False, cwd=place.folder, env=place.env
         )
     log.write_text(output.stdout + output.stderr)
-    started = _marked(output.stdout, "STARTED ")
-    report = _marked(output.stdout, "RESULT ")
+    started = marked(output.stdout, "STARTED ")
+    report = marked(output.stdout, "RESULT ")
     details = {
         **started,
         **report,
@@ -110,7 +110,7 @@ def memory_seen(text: str) -> str:
     return f"{available} of {total} GiB available at engine start, {wanted} GiB asked"
 
 
-def _marked(stdout: str, mark: str) -> dict[str, Any]:
+def marked(stdout: str, mark: str) -> dict[str, Any]:
     """The JSON on the line of `stdout` that starts with `mark`, or {}."""
     line = next((x for x in stdout.splitlines() if x.startswith(mark)), None)
     try:

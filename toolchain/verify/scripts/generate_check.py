@@ -5,6 +5,7 @@ A `STARTED ` line comes first, once the engine is up (its memory reserved).
 Run with the Python of the environment under test, from a folder without a `vllm/` in it:
     python generate_check.py MODEL_DIR [--prompts N [N ...]] [--max-tokens N]
         [--gpu-memory-utilization F | --kv-cache-memory-bytes N] [--enforce-eager]
+        [--dtype float32|bfloat16] [--warmup]
 The engine is created under `if __name__ == "__main__":` because vLLM's CPU workers use spawn.
 """
 
@@ -42,6 +43,8 @@ def main() -> int:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.92)
     parser.add_argument("--kv-cache-memory-bytes", type=int, default=0, help="instead of the above")
     parser.add_argument("--enforce-eager", action="store_true", help="no torch.compile")
+    parser.add_argument("--dtype", default="float32", help="the model's dtype in the engine")
+    parser.add_argument("--warmup", action="store_true", help="each count once untimed first")
     args = parser.parse_args()
 
     import vllm
@@ -56,7 +59,7 @@ def main() -> int:
     llm = LLM(
         model=args.model,
         max_model_len=args.max_model_len,
-        dtype="float32",
+        dtype=args.dtype,
         seed=0,
         enforce_eager=args.enforce_eager,
         **memory,
@@ -66,10 +69,13 @@ def main() -> int:
         "load_seconds": round(time.monotonic() - started, 1),
         "start_method": os.environ.get("VLLM_WORKER_MULTIPROC_METHOD"),
         "enforce_eager": args.enforce_eager,
+        "dtype": args.dtype,
         "engine_processes": child_processes(),
     }
     # The engine is up (memory reserved, KV cache allocated) even if generating fails later.
     print("STARTED " + json.dumps(report), flush=True)
+    for count in args.prompts if args.warmup else ():  # first runs compile and allocate
+        generate(llm, SamplingParams, count, args.max_tokens)
     report["runs"] = [
         generate(llm, SamplingParams, count, args.max_tokens) for count in args.prompts
     ]
