@@ -85,6 +85,13 @@ def new_recipe(session: nox.Session) -> None:
     session.run("vllm-cpu-builder", "new-recipe", "--recipes", "recipes", *session.posargs)
 
 
+@nox.session(name="learn-prune")
+def learn_prune(session: nox.Session) -> None:
+    """List the oneDNN units a finished build never links, into this checkout's recipes/."""
+    session.install(".")
+    session.run("vllm-cpu-builder", "learn-prune", "--recipes", "recipes", *session.posargs)
+
+
 @nox.session(python=False)
 def docs(session: nox.Session) -> None:
     """Write docs/options.md from the settings table (toolchain/settings.py)."""

@@ -85,25 +85,26 @@ BENCH = ("bench",)
 INSTALL = ("install-command",)
 PUBLISH = ("publish",)
 NEW_RECIPE = ("new-recipe",)
+LEARN_PRUNE = ("learn-prune",)
 
 SETTINGS = (
     Setting(
         name="vllm",
-        commands=BUILD,
+        commands=BUILD + LEARN_PRUNE,
         unset="recipe",
         help="vLLM version to build",
         default_text="the newest recipe",
     ),
     Setting(
         name="target",
-        commands=BUILD,
+        commands=BUILD + LEARN_PRUNE,
         unset="host",
         help="ISA target",
         default_text="the best this host can build and run",
     ),
     Setting(
         name="arch",
-        commands=("plan", "build-wheel", "provision-toolchain"),
+        commands=("plan", "build-wheel", "provision-toolchain", *LEARN_PRUNE),
         choices=SUPPORTED_ARCHES,
         unset="host",
         help="architecture the wheel is for (aarch64 on an x86_64 machine: a cross build)",
@@ -121,7 +122,7 @@ SETTINGS = (
     ),
     Setting(
         name="python",
-        commands=BUILD,
+        commands=BUILD + LEARN_PRUNE,
         unset="recipe",
         help="Python version to build for",
         default_text="the recipe's preferred",
@@ -161,7 +162,7 @@ SETTINGS = (
     ),
     Setting(
         name="work_dir",
-        commands=BUILD + VERIFY + BENCH + PUBLISH + INSTALL + NEW_RECIPE,
+        commands=BUILD + VERIFY + BENCH + PUBLISH + INSTALL + NEW_RECIPE + LEARN_PRUNE,
         default=default_cache_dir(),
         help="cache and build folder",
         default_text="~/.cache/vllm-cpu-builder",
@@ -191,7 +192,7 @@ SETTINGS = (
     ),
     Setting(
         name="recipes",
-        commands=BUILD + PUBLISH + INSTALL + NEW_RECIPE,
+        commands=BUILD + PUBLISH + INSTALL + NEW_RECIPE + LEARN_PRUNE,
         unset="default",
         help="recipes folder",
         default_text="the ones shipped with the toolkit",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.compile.onednn_prune import measure
+from toolchain.compile.onednn_prune import learn
 from toolchain.plan.switches import PRUNE_CMAKE
 
 pytestmark = [
@@ -56,7 +56,9 @@ def test_the_units_a_library_never_links_are_listed_and_left_out(tmp_path: Path)
     assert _configure(source, full).returncode == 0
     subprocess.run(["ninja", "-C", full], check=True, capture_output=True)
 
-    unused = measure(full, "libkern.so", "libdnnl.a")
+    learned = learn(full)  # finds libkern.so itself: the one library that links libdnnl.a
+    assert learned.libraries == ("libkern.so",)
+    unused = list(learned.left_out)
     assert unused == ["dnnl_cpu unused.cpp", "dnnl_cpu x64/jit.cpp"]
 
     listed = tmp_path / "skip.txt"

@@ -1,4 +1,5 @@
-"""`new-recipe`: a recipe for a vLLM release, written from its sdist."""
+"""`new-recipe`: a recipe for a vLLM release, written from its sdist; `learn-prune`: a target's
+oneDNN prune list, learned from its finished build."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolchain.cli.common import existing_file, settings_values
+from toolchain.cli.common import existing_file, recipe_from_values, settings_values
 from toolchain.errors import UsageError
 from toolchain.settings import PYPI_SIMPLE, add_setting_flags
 from toolchain.util.report import reporter
@@ -67,6 +68,41 @@ def _report(generated: Generated, path: Path) -> None:
     reporter.line(f"wrote {path}: review it against its neighbours (recipes/README.md)")
 
 
+def cmd_learn_prune(args: argparse.Namespace) -> int:
+    from toolchain.compile.learn_prune import PruneRequest, learn_prune
+    from toolchain.options import work_dir
+    from toolchain.targets import default_recipes_dir
+
+    values = settings_values(args)
+    if not values["target"]:
+        raise UsageError("learn-prune needs --target: the build to learn from")
+    recipes_dir = Path(values["recipes"]) if values["recipes"] else default_recipes_dir()
+    outcome = learn_prune(
+        PruneRequest(
+            recipe=recipe_from_values(values),
+            recipes_dir=recipes_dir,
+            target=values["target"],
+            arch=values["arch"],
+            python=values["python"],
+            work_dir=work_dir(values),
+            libraries=tuple(args.library or ()),
+            to=args.to,
+        )
+    )
+    learned = outcome.learned
+    reporter.line(
+        f"relinked {', '.join(learned.libraries)}: {len(learned.left_out)} of {learned.units} "
+        f"oneDNN units are never linked, {learned.kept} kept"
+    )
+    reporter.line(f"wrote {outcome.path}")
+    if outcome.entry is None:
+        reporter.line("the recipe's [[onednn_prune]] entry names this file: check its reason")
+    else:
+        reporter.line(f"add to the recipe (vllm-{values['vllm'] or 'VERSION'}.toml):")
+        print(outcome.entry)
+    return 0
+
+
 def configure_parser(commands: Any) -> None:
     new = commands.add_parser(
         "new-recipe", help="write vllm-VERSION.toml from the release's sdist (needs the index)"
@@ -82,3 +118,22 @@ def configure_parser(commands: Any) -> None:
     )
     add_setting_flags(new, "new-recipe")
     new.set_defaults(handler=cmd_new_recipe)
+    learn = commands.add_parser(
+        "learn-prune",
+        help="list the oneDNN units a finished build's kernel libraries never link (the "
+        "recipe's [[onednn_prune]] file)",
+    )
+    learn.add_argument(
+        "--library",
+        action="append",
+        help="a kernel library to relink, as build.ninja names it (repeat; default: every "
+        "shared library that links libdnnl.a)",
+    )
+    learn.add_argument(
+        "--to",
+        type=Path,
+        help="the list file to write (default: the one the recipe names, else "
+        "RECIPES/onednn-prune/vllm-VERSION-ARCH-TARGET.txt)",
+    )
+    add_setting_flags(learn, "learn-prune")
+    learn.set_defaults(handler=cmd_learn_prune)

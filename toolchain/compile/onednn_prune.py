@@ -3,29 +3,46 @@
 vLLM links oneDNN as a static library, so the linker takes from `libdnnl.a` only the members that
 resolve a reference. oneDNN compiles every source of its CPU folders whatever primitives and ISA
 are enabled (`ONEDNN_ENABLE_PRIMITIVE_CPU_ISA` only takes implementations out of its dispatch
-lists), so a lean build compiles many units its library never uses. Relinking the finished kernel
-library with a link map names the members taken; the others are left out of the next build by
-`toolchain/data/prune-onednn.cmake`, and the library links from the same members as before.
-
-    python -m toolchain.compile.onednn_prune BUILD_TEMP LIBRARY [ARCHIVE]
-
-BUILD_TEMP is the build folder that holds `build.ninja` (`src/build/temp.*` of a build-wheel work
-folder), LIBRARY the ninja output to relink (`_C_AVX2.abi3.so`), ARCHIVE the static library
-(default `libdnnl.a`). It prints the list: one `TARGET SOURCE` line per unit never linked, SOURCE
-relative to the target's source folder.
+lists), so a lean build compiles many units its libraries never use. Relinking each finished
+kernel library with a link map names the members it takes; a unit no library takes is left out
+of the next build by `toolchain/data/prune-onednn.cmake`, and every library links from the same
+members as before. `python -m toolchain learn-prune` runs this on a build-wheel build folder.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-import subprocess
-import sys
 import tempfile
-from collections.abc import Iterable
+import textwrap
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from toolchain.compile.ninja_file import NinjaBuild, read_build_file
+from toolchain.errors import BuildError
+from toolchain.util.files import atomic_path
+from toolchain.util.report import reporter
+from toolchain.util.run import capture
+
 OBJECT = re.compile(r"/CMakeFiles/(?P<target>[^/]+)\.dir/(?P<source>.+)\.o$")
+ARCHIVE = "libdnnl.a"
+UNIT_LINE = "One line per unit: the CMake target, the source relative to that target's folder."
+LINK_SECONDS = 1800.0  # one relink of a kernel library; seconds on this project's machines
+
+
+@dataclass(frozen=True, kw_only=True)
+class Learned:
+    """What relinking a build's kernel libraries found."""
+
+    libraries: tuple[str, ...]  # the ninja outputs relinked (`_C.abi3.so`, `_C_AVX2.abi3.so`)
+    units: int  # oneDNN's units in that build, those its own list left out included
+    left_out: tuple[str, ...]  # `TARGET SOURCE`, sorted: no library takes them
+    listed_before: int  # units the build had already left out by its recipe's list
+
+    @property
+    def kept(self) -> int:
+        return self.units - len(self.left_out)
 
 
 def members_taken(link_map: str, archive: str) -> set[str]:
@@ -34,54 +51,150 @@ def members_taken(link_map: str, archive: str) -> set[str]:
     return set(re.findall(rf"{re.escape(archive)}\(([^)]+)\)", taken))
 
 
+def unit_of(path: str) -> str | None:
+    """`TARGET SOURCE` of an object CMake compiled (`.../CMakeFiles/T.dir/S.o`)."""
+    match = OBJECT.search(path)
+    return f"{match['target']} {match['source']}" if match else None
+
+
 def unused_units(objects: Iterable[str], taken: set[str]) -> list[str]:
-    """`TARGET SOURCE` for each object whose member name the link never took.
+    """`TARGET SOURCE` for each object whose member name no link took.
 
     An archive names members by file name only; a name taken once keeps every object of that
     name, so two sources called `utils.cpp` are both kept when either is used."""
-    lines = []
-    for path in objects:
-        match = OBJECT.search(path)
-        if match and Path(path).name not in taken:
-            lines.append(f"{match['target']} {match['source']}")
-    return sorted(lines)
+    units = (unit_of(path) for path in objects if Path(path).name not in taken)
+    return sorted(unit for unit in units if unit)
 
 
-def _ninja(build_temp: Path, *args: str) -> str:
-    return subprocess.run(
-        ["ninja", "-C", str(build_temp), *args], check=True, capture_output=True, text=True
-    ).stdout
+def archive_build(builds: Sequence[NinjaBuild], archive: str = ARCHIVE) -> NinjaBuild:
+    """The statement that makes the static library (CMake also names it by a phony alias)."""
+    for build in builds:
+        if build.rule != "phony" and any(Path(out).name == archive for out in build.outputs):
+            return build
+    raise BuildError(
+        f"build.ninja makes no {archive}: this build does not link oneDNN statically",
+        hint="learn-prune reads a build-wheel build of vLLM's CPU backend",
+    )
 
 
-def measure(build_temp: Path, library: str, archive: str = "libdnnl.a") -> list[str]:
-    """Relink `library` with a link map (into a temporary file) and list the units not taken."""
-    link = shlex.split(_ninja(build_temp, "-t", "commands", library).splitlines()[-1])
-    archive_path = next(arg for arg in link if Path(arg).name == archive)
-    objects = [
-        line.strip()
-        for line in _ninja(build_temp, "-t", "query", archive_path).splitlines()
-        if line.strip().endswith(".o")
-    ]
-    with tempfile.TemporaryDirectory() as scratch:
-        out, link_map = Path(scratch) / "relinked.so", Path(scratch) / "link.map"
-        start = link.index("&&") + 1 if "&&" in link else 0
-        command = link[start:]
-        end = command.index("&&") if "&&" in command else len(command)
-        command = command[:end]
+def kernel_libraries(builds: Sequence[NinjaBuild], archive_path: str) -> tuple[str, ...]:
+    """The shared libraries whose link takes the archive: vLLM's kernel libraries."""
+    return tuple(
+        sorted(
+            out
+            for build in builds
+            if build.rule != "phony" and build.needs(archive_path)
+            for out in build.outputs
+            if ".so" in Path(out).name
+        )
+    )
+
+
+def link_command(commands: str, library: str) -> list[str]:
+    """The link of `library` from `ninja -t commands LIBRARY`: its last line, without the
+    `: &&` and `&& :` (pre- and post-link steps) around the compiler's command."""
+    lines = commands.strip().splitlines()
+    words = shlex.split(lines[-1]) if lines else []
+    parts: list[list[str]] = [[]]
+    for word in words:
+        if word == "&&":
+            parts.append([])
+        else:
+            parts[-1].append(word)
+    for part in parts:
+        if "-o" in part[:-1] and part[part.index("-o") + 1] == library:
+            return part
+    raise BuildError(f"ninja's last command for {library} is not its link: {lines[-1:]}")
+
+
+def relink_with_map(build_temp: Path, library: str, *, ninja: str = "ninja") -> str:
+    """Link `library` again (into a scratch folder) with a link map, and return the map."""
+    commands = capture([ninja, "-C", build_temp, "-t", "commands", library]).stdout
+    command = link_command(commands, library)
+    with tempfile.TemporaryDirectory(prefix="vcb-relink-") as scratch:
+        out, link_map = Path(scratch) / Path(library).name, Path(scratch) / "link.map"
         command[command.index("-o") + 1] = str(out)
-        subprocess.run([*command, f"-Wl,-Map={link_map}"], check=True, cwd=build_temp)
-        taken = members_taken(link_map.read_text(errors="replace"), archive)
-    return unused_units(objects, taken)
+        capture([*command, f"-Wl,-Map={link_map}"], cwd=build_temp, timeout=LINK_SECONDS)
+        return link_map.read_text(errors="replace")
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) not in (2, 3):
-        sys.stderr.write(__doc__ or "")
-        return 64
-    for line in measure(Path(argv[0]), *argv[1:]):
-        print(line)
-    return 0
+def listed_before(build_temp: Path) -> list[str]:
+    """The units the build left out by its own list (VCB_ONEDNN_SKIP in its CMake cache): they
+    were never compiled, and the libraries linked without them."""
+    cache = build_temp / "CMakeCache.txt"
+    text = cache.read_text(errors="replace") if cache.is_file() else ""
+    found = re.search(r"^VCB_ONEDNN_SKIP:[A-Z]+=(.+)$", text, re.MULTILINE)
+    if found is None:
+        return []
+    listing = Path(found[1].strip())
+    if not listing.is_file():
+        raise BuildError(
+            f"{cache} names the prune list {listing}, which is gone: the units that build left "
+            "out cannot be known",
+            hint="build the target again (build-wheel), then learn from that build",
+        )
+    lines = listing.read_text(errors="replace").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def learn(
+    build_temp: Path,
+    libraries: Sequence[str] = (),
+    *,
+    archive: str = ARCHIVE,
+    ninja: str = "ninja",
+) -> Learned:
+    """Relink each kernel library (every one that links `archive` when none are named) and
+    list the archive's units that none of them takes."""
+    builds = read_build_file(build_temp / "build.ninja")
+    made = archive_build(builds, archive)
+    libraries = tuple(libraries) or kernel_libraries(builds, made.outputs[0])
+    if not libraries:
+        raise BuildError(f"no shared library in {build_temp}/build.ninja links {archive}")
+    taken: set[str] = set()
+    for library in libraries:
+        if not (build_temp / library).is_file():
+            raise BuildError(
+                f"{build_temp / library} is missing: the build did not finish",
+                hint="finish the build (build-wheel), then learn from it",
+            )
+        reporter.line(f"relinking {library} with a link map")
+        members = members_taken(relink_with_map(build_temp, library, ninja=ninja), archive)
+        if not members:
+            raise BuildError(f"{library} takes nothing from {archive}: it is no kernel library")
+        taken |= members
+    objects = [path for path in made.inputs if path.endswith(".o")]
+    before = listed_before(build_temp)
+    compiled = {unit for unit in map(unit_of, objects) if unit}
+    return Learned(
+        libraries=libraries,
+        units=len(compiled | set(before)),
+        left_out=tuple(sorted(set(unused_units(objects, taken)) | set(before))),
+        listed_before=len(before),
+    )
+
+
+def render_list(learned: Learned, *, build: str, command: str, day: str) -> str:
+    """The list file: a header saying what build, which libraries, the counts and the command,
+    then one `TARGET SOURCE` line per unit left out."""
+    said = [
+        f"oneDNN units that {build} never takes from {ARCHIVE}: {len(learned.left_out)} of "
+        f"{learned.units} units left out, {learned.kept} kept.",
+        f"Kernel libraries relinked with a link map: {', '.join(learned.libraries)}; a unit is "
+        "left out only when none of them takes it.",
+    ]
+    if learned.listed_before:
+        said.append(
+            f"That build already left out {learned.listed_before} units by its recipe's list; "
+            "they stay left out."
+        )
+    said.append(f"Learned on {day} with")
+    header = [line for text in said for line in textwrap.wrap(text, 96)]
+    header += [f"  {command}", UNIT_LINE]
+    return "".join(f"# {line}\n" for line in header) + "".join(f"{u}\n" for u in learned.left_out)
+
+
+def write_list(path: Path, text: str) -> None:
+    """Written to a temporary name beside `path`, then renamed: never half a list."""
+    with atomic_path(path) as temporary:
+        temporary.write_text(text)

@@ -2,7 +2,7 @@
 #
 # Passed by the plan as -DCMAKE_PROJECT_oneDNN_INCLUDE=<this file> -DVCB_ONEDNN_SKIP=<list>, so
 # CMake includes it right after oneDNN's project() call, before oneDNN defines its targets. The
-# list (recipes/onednn-prune/, made by `python -m toolchain.build.onednn_prune`) has one
+# list (recipes/onednn-prune/, made by `python -m toolchain learn-prune`) has one
 # "TARGET SOURCE" line per unit, SOURCE relative to the target's source folder. At the end of
 # oneDNN's top folder, when every target exists, those sources are taken out of their targets.
 # A listed unit that this oneDNN does not have stops the configure: the list was made for another

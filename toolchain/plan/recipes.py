@@ -90,7 +90,11 @@ class OnednnPrune:
     sha256: str
     units: int
     reason: str
+    arch: str  # the recipe's `arch`, or the one architecture whose ISA model has the target
     content: bytes = field(default=b"", repr=False, compare=False)  # as read once, and hashed
+
+    def applies_to(self, target: str, arch: str) -> bool:
+        return self.target == target and self.arch == arch
 
     def record(self) -> dict[str, str | int]:
         """What the plan's JSON and the manifest say of it."""
@@ -195,7 +199,7 @@ RECIPE_KEYS = {
     "third_party": {"name", "arch", "repository", "ref", "commit", "archive", "tar_sha256", "env"},
     "drop_requirements": {"name", "reason"},
     "patches": {"file", "versions", "reason", "arch", "enables"},
-    "onednn_prune": {"target", "file", "reason"},
+    "onednn_prune": {"target", "arch", "file", "reason"},
     "compile_memory": {"what", "targets", "peak_mib", "pool", "arch"},
     "darwin": {"torch", "macos_min", "clang_min", "isa_model"},
 }  # fmt: skip
@@ -276,9 +280,14 @@ def parse_recipe(data: dict[str, Any], *, path: Path, models: Mapping[str, IsaMo
             _patch(entry, vllm, folder=path.parent, where=f"{where} patches[{index}]")
             for index, entry in enumerate(_array(data, "patches", where))
         ),
-        onednn_prune=tuple(
-            _onednn_prune(entry, isa_models, folder=path.parent, where=f"{where} onednn_prune[{i}]")
-            for i, entry in enumerate(_array(data, "onednn_prune", where))
+        onednn_prune=_one_per_build(
+            [
+                _onednn_prune(
+                    entry, isa_models, folder=path.parent, where=f"{where} onednn_prune[{i}]"
+                )
+                for i, entry in enumerate(_array(data, "onednn_prune", where))
+            ],
+            where=where,
         ),
         compile_memory=tuple(
             _compile_memory(entry, memory_mib, where=f"{where} compile_memory[{i}]")
@@ -401,8 +410,7 @@ def _onednn_prune(
 ) -> OnednnPrune:
     _checked(entry, "onednn_prune", where)
     target = string(entry, "target", where=where)
-    if not any(target in model.targets for model in models.values()):
-        raise DataFileError(f"{where}: key 'target': this recipe's ISA models have no '{target}'")
+    arch = _prune_arch(target, entry, models, where=where)
     file = _file_inside(folder, entry, "file", where=where)
     content = _read_bytes(file, key="file", where=where)
     try:
@@ -410,8 +418,8 @@ def _onednn_prune(
     except UnicodeDecodeError as exc:
         raise DataFileError(
             f"{where}: key 'file': {file} is not UTF-8 text (byte {exc.start})",
-            hint="make it anew with `python -m toolchain.compile.onednn_prune BUILD_TEMP LIBRARY`"
-            " (recipes/README.md)",
+            hint="make it anew from a finished build with `python -m toolchain learn-prune "
+            "--vllm VERSION --target TARGET` (recipes/README.md)",
         ) from exc
     units = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
     if any(len(line.split()) != 2 for line in units):
@@ -422,8 +430,46 @@ def _onednn_prune(
         sha256=hashlib.sha256(content).hexdigest(),
         units=len(units),
         reason=string(entry, "reason", where=where),
+        arch=arch,
         content=content,
     )
+
+
+def _one_per_build(prunes: list[OnednnPrune], *, where: str) -> tuple[OnednnPrune, ...]:
+    """Two lists for one target and architecture: the build would take the first silently."""
+    seen: set[tuple[str, str]] = set()
+    for index, prune in enumerate(prunes):
+        if (prune.target, prune.arch) in seen:
+            raise DataFileError(
+                f"{where} onednn_prune[{index}]: a second list for target '{prune.target}' on "
+                f"{prune.arch}: keep one per target and architecture"
+            )
+        seen.add((prune.target, prune.arch))
+    return tuple(prunes)
+
+
+def _prune_arch(
+    target: str, entry: dict[str, Any], models: Mapping[str, IsaModel], *, where: str
+) -> str:
+    """The entry's `arch`, whose ISA model must have its target; without one, the one
+    architecture that has the target (units differ between x86 and Arm oneDNN builds)."""
+    arch = _optional_string(entry, "arch", where=where)
+    if arch is not None and arch not in models:
+        raise DataFileError(f"{where}: key 'arch' must be one of {', '.join(models)}")
+    having = [name for name, model in models.items() if target in model.targets]
+    if arch is not None and arch not in having:
+        raise DataFileError(
+            f"{where}: key 'target': this recipe's {arch} ISA model ({models[arch].name}) "
+            f"has no '{target}'"
+        )
+    if not having:
+        raise DataFileError(f"{where}: key 'target': this recipe's ISA models have no '{target}'")
+    if arch is None and len(having) > 1:
+        raise DataFileError(
+            f"{where}: target '{target}' is a target of {' and '.join(having)}: "
+            "say which build the list was learned from with key 'arch'"
+        )
+    return arch or having[0]
 
 
 def _compile_memory(entry: dict[str, Any], flat_mib: int, *, where: str) -> CompileMemory:

@@ -104,7 +104,7 @@ def no_space(path: Path) -> Path:
 
 def onednn_prune(recipe: Recipe, target: Target) -> OnednnPrune | None:
     """The recipe's list of oneDNN units this target never links, if it has one."""
-    return next((p for p in recipe.onednn_prune if p.target == target.name), None)
+    return next((p for p in recipe.onednn_prune if p.applies_to(target.name, target.arch)), None)
 
 
 def arm_acl(

@@ -311,7 +311,8 @@ class _Draft:
         same_onednn = _onednn_ref(source) == _onednn_ref_of(self.downloads)
         kept = []
         for entry in source.get("onednn_prune", []):
-            if same_onednn and entry.get("target") in x86.targets:
+            x86_list = entry.get("arch", "x86_64") == "x86_64"  # the x86 oneDNN ref compared
+            if same_onednn and x86_list and entry.get("target") in x86.targets:
                 kept.append(
                     Section(
                         header="[[onednn_prune]]",
