@@ -119,6 +119,7 @@ def recipe_entry(request: PruneRequest, arch: str, path: Path, learned: Learned)
     except ValueError:
         file = f"{PRUNE_DIR}/{path.name}"  # where it must go: the recipe names files inside
     libraries = ", ".join(learned.libraries)
+    verb = "link" if len(learned.libraries) > 1 else "links"
     return "\n".join(
         [
             "[[onednn_prune]]",
@@ -127,7 +128,7 @@ def recipe_entry(request: PruneRequest, arch: str, path: Path, learned: Learned)
             f'arch = "{arch}"',
             f'file = "{file}"',
             'reason = "oneDNN compiles every CPU source whatever ISA and primitives are enabled; '
-            f'{libraries} link {learned.kept} of its {learned.units} units"',
+            f'{libraries} {verb} {learned.kept} of its {learned.units} units"',
         ]
     )
 

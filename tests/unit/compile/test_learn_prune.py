@@ -151,39 +151,39 @@ def _work_dir(tmp_path: Path, target: str, arch: str) -> Path:
 def test_learn_prune_writes_the_list_and_the_entry_that_loads(
     tmp_path: Path, fake_programs: FakePrograms, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The command on a finished cross build of `neon`: the list lands in the recipes folder
+    """The command on a finished cross build of `bf16`: the list lands in the recipes folder
     with its header, and the printed [[onednn_prune]] lines, pasted, make the recipe load it."""
     _fake_link(fake_programs)
     recipes = tmp_path / "recipes"
     shutil.copytree(RECIPES, recipes)
-    work = _work_dir(tmp_path, "neon", "aarch64")
-    argv = ["learn-prune", "--vllm", "0.32.0", "--target", "neon", "--work-dir", str(work)]
+    work = _work_dir(tmp_path, "bf16", "aarch64")
+    argv = ["learn-prune", "--vllm", "0.32.0", "--target", "bf16", "--work-dir", str(work)]
     assert main([*argv, "--recipes", str(recipes)]) == 0
     out = capsys.readouterr().out
-    listed = recipes / "onednn-prune" / "vllm-0.32.0-aarch64-neon.txt"
+    listed = recipes / "onednn-prune" / "vllm-0.32.0-aarch64-bf16.txt"
     text = listed.read_text()
     said = " ".join(line.removeprefix("# ") for line in text.splitlines() if line[:1] == "#")
-    assert said.startswith("oneDNN units that vLLM 0.32.0's `neon` build for aarch64 (oneDNN 9c5b")
+    assert said.startswith("oneDNN units that vLLM 0.32.0's `bf16` build for aarch64 (oneDNN 9c5b")
     assert "never takes from libdnnl.a: 3 of 9 units left out, 6 kept." in said
     assert "_C.abi3.so, _C_AVX2.abi3.so, _C_AVX512.abi3.so" in text
-    assert f"--target neon --arch aarch64 --work-dir {work}\n" in text
+    assert f"--target bf16 --arch aarch64 --work-dir {work}\n" in text
     assert [line for line in text.splitlines() if not line.startswith("#")] == NONE_TAKES
     assert not list(listed.parent.glob(".*part"))
     entry = out[out.index("[[onednn_prune]]") :]
-    assert 'target = "neon"\narch = "aarch64"\n' in entry
-    assert 'file = "onednn-prune/vllm-0.32.0-aarch64-neon.txt"\n' in entry
+    assert 'target = "bf16"\narch = "aarch64"\n' in entry
+    assert 'file = "onednn-prune/vllm-0.32.0-aarch64-bf16.txt"\n' in entry
     assert "link 6 of its 9 units" in entry
     recipe_file = recipes / "vllm-0.32.0.toml"
     recipe_file.write_text(recipe_file.read_text() + "\n" + entry)
     recipe = load_recipe(recipes, "0.32.0")
-    neon = recipe.isa_models["aarch64"].targets["neon"]
-    assert [(p.target, p.arch, p.units) for p in recipe.onednn_prune if p.target == neon.name] == [
-        ("neon", "aarch64", 3)
+    bf16 = recipe.isa_models["aarch64"].targets["bf16"]
+    assert [(p.target, p.arch, p.units) for p in recipe.onednn_prune if p.target == bf16.name] == [
+        ("bf16", "aarch64", 3)
     ]
 
     assert main([*argv, "--recipes", str(recipes)]) == 0  # again: the recipe names it now
     again = capsys.readouterr().out
-    assert "entry names this file" in again and 'target = "neon"' not in again
+    assert "entry names this file" in again and 'target = "bf16"' not in again
 
 
 @pytest.mark.parametrize(
