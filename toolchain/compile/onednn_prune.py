@@ -11,6 +11,7 @@ members as before. `python -m toolchain learn-prune` runs this on a build-wheel 
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import tempfile
@@ -51,18 +52,38 @@ def members_taken(link_map: str, archive: str) -> set[str]:
     return set(re.findall(rf"{re.escape(archive)}\(([^)]+)\)", taken))
 
 
-def unit_of(path: str) -> str | None:
-    """`TARGET SOURCE` of an object CMake compiled (`.../CMakeFiles/T.dir/S.o`)."""
-    match = OBJECT.search(path)
-    return f"{match['target']} {match['source']}" if match else None
+def unit_names(builds: Sequence[NinjaBuild], objects: Iterable[str]) -> dict[str, str | None]:
+    """Each object's `TARGET SOURCE`, SOURCE relative to the target's folder as
+    prune-onednn.cmake computes it; None when that cannot be known (such a unit is kept).
+
+    CMake names the object of a source outside the target's folder by its absolute path
+    (`dnnl_common.dir/work/.../third_party/ittnotify/jitprofiling.c.o`); its compile statement
+    gives the absolute source, and another object of the target gives the target's folder."""
+    wanted = set(objects)
+    sources = {b.outputs[0]: b.inputs[0] for b in builds if b.inputs and b.outputs[0] in wanted}
+    folders: dict[str, str] = {}
+    named: dict[str, tuple[str, str, str]] = {}
+    for path in wanted:
+        match, source = OBJECT.search(path), sources.get(path, "")
+        if match:
+            named[path] = (match["target"], match["source"], source)
+            if source.endswith("/" + match["source"]) and source != "/" + match["source"]:
+                folders[match["target"]] = source[: -len(match["source"]) - 1]
+    names: dict[str, str | None] = {}
+    for path, (target, relative, source) in named.items():
+        if source == "/" + relative:  # named by its absolute path
+            folder = folders.get(target)
+            relative = os.path.relpath(source, folder) if folder else ""
+        names[path] = f"{target} {relative}" if relative else None
+    return names
 
 
-def unused_units(objects: Iterable[str], taken: set[str]) -> list[str]:
+def unused_units(names: dict[str, str | None], taken: set[str]) -> list[str]:
     """`TARGET SOURCE` for each object whose member name no link took.
 
     An archive names members by file name only; a name taken once keeps every object of that
     name, so two sources called `utils.cpp` are both kept when either is used."""
-    units = (unit_of(path) for path in objects if Path(path).name not in taken)
+    units = (unit for path, unit in names.items() if Path(path).name not in taken)
     return sorted(unit for unit in units if unit)
 
 
@@ -163,13 +184,13 @@ def learn(
         if not members:
             raise BuildError(f"{library} takes nothing from {archive}: it is no kernel library")
         taken |= members
-    objects = [path for path in made.inputs if path.endswith(".o")]
+    names = unit_names(builds, [path for path in made.inputs if path.endswith(".o")])
     before = listed_before(build_temp)
-    compiled = {unit for unit in map(unit_of, objects) if unit}
+
     return Learned(
         libraries=libraries,
-        units=len(compiled | set(before)),
-        left_out=tuple(sorted(set(unused_units(objects, taken)) | set(before))),
+        units=len(names) + len(before),
+        left_out=tuple(sorted(set(unused_units(names, taken)) | set(before))),
         listed_before=len(before),
     )
 
