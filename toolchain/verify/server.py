@@ -41,6 +41,31 @@ def _owned_entries(folder: Path) -> set[str]:
         return set()
 
 
+def _in_use(paths: set[Path]) -> set[Path]:
+    """Which of `paths` a live process still has open or mapped: the segments of an engine of
+    another verify or bench running at the same time, which appeared during this run too."""
+    if not paths:
+        return set()
+    names = {str(path) for path in paths}
+    used: set[Path] = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            maps = (proc / "maps").read_text().splitlines()
+            fds = list((proc / "fd").iterdir())
+        except OSError:
+            continue  # gone, or not ours to read
+        held = {line.split(maxsplit=5)[-1] for line in maps} | {_link(fd) for fd in fds}
+        used |= {Path(name) for name in names & held}
+    return used
+
+
+def _link(fd: Path) -> str:
+    try:
+        return os.readlink(fd)
+    except OSError:  # closed meanwhile (the listing's own descriptor, for one)
+        return ""
+
+
 @contextmanager
 def scratch(env: Mapping[str, str], shm: Path = SHM) -> Iterator[Scratch]:
     """A temp folder used as cwd and TMPDIR; on exit it and new /dev/shm entries are removed."""
@@ -50,8 +75,8 @@ def scratch(env: Mapping[str, str], shm: Path = SHM) -> Iterator[Scratch]:
     try:
         yield state
     finally:
-        for name in sorted(_owned_entries(shm) - before):
-            path = shm / name
+        added = {shm / name for name in _owned_entries(shm) - before}
+        for path in sorted(added - _in_use(added)):  # another run's engine may hold some
             shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
             state.removed.append(str(path))
         shutil.rmtree(folder, ignore_errors=True)

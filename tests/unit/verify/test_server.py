@@ -13,6 +13,17 @@ import pytest
 from toolchain.verify.server import Server, free_port, http, scratch
 
 
+def test_scratch_keeps_a_segment_another_process_still_holds(tmp_path: Path) -> None:
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    with scratch({"PATH": "/bin"}, shm=shm) as place:
+        (shm / "psm_left").write_text("left by this run's engine")
+        held = (shm / "psm_held").open("w")  # another run's engine, started meanwhile
+    with held:
+        assert sorted(p.name for p in shm.iterdir()) == ["psm_held"]
+    assert place.removed == [str(shm / "psm_left")]
+
+
 def test_scratch_removes_what_was_added_to_shm_and_its_folder(tmp_path: Path) -> None:
     shm = tmp_path / "shm"
     shm.mkdir()
