@@ -1,5 +1,6 @@
 """What CPU features a wheel's kernels need, read from the wheel file before anything is installed:
-its build manifest when this toolkit made it, else the -march its compiler recorded."""
+its build manifest when this toolkit made it, else its `+cpu.<target>` label's target, else the
+-march its compiler recorded."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.utils import parse_wheel_filename
+from packaging.version import Version
+
 from toolchain.emulate.models import emulation_data
+from toolchain.targets import TargetCatalog, shipped_catalog
 from toolchain.util.datafile import string_list, table
 from toolchain.wheelfile import read_manifest
 
@@ -56,7 +61,7 @@ def marches_in(data: bytes) -> list[str]:
     return sorted({match.group(1).decode() for match in MARCH.finditer(data)})
 
 
-def wheel_needs(wheel: Path, arch: str) -> WheelNeeds:
+def wheel_needs(wheel: Path, arch: str, catalog: TargetCatalog | None = None) -> WheelNeeds:
     manifest = read_manifest(wheel)
     if manifest is not None and manifest.get("min_isa") is not None:
         target = manifest.get("target_isa")
@@ -64,7 +69,21 @@ def wheel_needs(wheel: Path, arch: str) -> WheelNeeds:
             features=tuple(manifest["min_isa"]),
             source=f"its build manifest (target {target}: min_isa)",
         )
-    return _needs_from_march(wheel, arch)
+    return _needs_from_label(wheel, catalog or shipped_catalog()) or _needs_from_march(wheel, arch)
+
+
+def _needs_from_label(wheel: Path, catalog: TargetCatalog) -> WheelNeeds | None:
+    """A `+cpu.neon` wheel without its manifest (built but not repaired, or the manifest lost)
+    needs what that target of its era needs; a release build's kernels record no -march."""
+    _, version, _, tags = parse_wheel_filename(wheel.name)
+    target = catalog.wheel_target(Version(str(version)), {tag.platform for tag in tags})
+    if target is None:
+        return None
+    return WheelNeeds(
+        features=target.min_isa,
+        source=f"its label +cpu.{target.name} (target {target.name} of the {target.model} "
+        "model: min_isa; no build manifest in the wheel)",
+    )
 
 
 def _needs_from_march(wheel: Path, arch: str) -> WheelNeeds:

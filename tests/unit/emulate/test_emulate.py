@@ -153,6 +153,31 @@ def test_the_build_manifest_wins_over_the_compiler_record(tmp_path: Path) -> Non
     assert "target neon" in needs.source
 
 
+@pytest.mark.parametrize(
+    ("target", "needs"),
+    [("neon", {"asimd", "fp16", "dotprod"}),
+     ("bf16i8mm", {"asimd", "fp16", "dotprod", "bf16", "i8mm"})],
+)  # fmt: skip
+def test_a_labelled_wheel_without_manifest_needs_what_its_target_needs(
+    tmp_path: Path, fake_programs, target: str, needs: set[str]
+) -> None:
+    # measured: the neon build's wheel before repair has no manifest and, built as Release,
+    # its _C.abi3.so records no -march: its needs were unknown and nothing was refused
+    labelled = tmp_path / f"vllm-0.32.0+cpu.{target}-cp311-cp311-linux_aarch64.whl"
+    _wheel(tmp_path, b"\x7fELF stripped").rename(labelled)
+    found = wheel_needs(labelled, "aarch64")
+    assert set(found.features) == needs and found.known
+    assert f"its label +cpu.{target}" in found.source
+    host = detect_host(cpuinfo_file=_cpuinfo(tmp_path, "neoverse-n1"))
+    assert bool([f for f in found.features if not host.isa.get(f)]) is (target == "bf16i8mm")
+
+
+def _cpuinfo(tmp_path: Path, model: str) -> Path:
+    path = tmp_path / f"cpuinfo-{model}"
+    path.write_text(cpuinfo_text(cpu_model(model), *HWCAPS[model], cpus=2))
+    return path
+
+
 def test_binfmt_is_registered_from_debians_entry_and_needs_the_f_flag(tmp_path: Path) -> None:
     spec = root_spec("aarch64")
     folder, conf = tmp_path / "binfmt_misc", tmp_path / "binfmt.d"
