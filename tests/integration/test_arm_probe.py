@@ -82,13 +82,14 @@ def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
         # NEON without FP16/dot product: no vLLM CPU wheel runs there; the plan says so.
         ("cortex-a72", "arm-cortex-a72", "Cortex-A72", {"asimd"}, {}),
         ("neoverse-n1", "arm-graviton2", "Neoverse-N1", {"asimd", "fp16", "dotprod"},
-         {"0.32.0": "neon", "0.16.0": "neon"}),
+         {"0.32.0": "portable", "0.34.0": "neon", "0.16.0": "neon"}),
         ("max", "arm-neoverse-v2", "Neoverse-V2",
          {"asimd", "fp16", "dotprod", "bf16", "i8mm", "sve", "sve2"},
-         {"0.32.0": "bf16i8mm", "0.34.0": "bf16i8mm", "0.16.0": "bf16"}),
-        # The probe decides over cpuinfo: a Neoverse-V2 cpuinfo where the CPU gives only N1's.
+         {"0.32.0": "portable", "0.34.0": "bf16i8mm", "0.16.0": "bf16"}),
+        # The probe decides over cpuinfo: a Neoverse-V2 cpuinfo where the CPU gives only N1's
+        # (0.32.0's Arm default is portable, which runs on both: 0.34.0 shows the choice).
         ("neoverse-n1", "arm-neoverse-v2", "Neoverse-V2", {"asimd", "fp16", "dotprod"},
-         {"0.32.0": "neon"}),
+         {"0.32.0": "portable", "0.34.0": "neon"}),
     ],
 )  # fmt: skip
 def test_detect_and_plan_choose_the_arm_target_from_the_probe(
