@@ -133,6 +133,7 @@ def fake_programs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[F
     folder.mkdir()
     fakes = FakePrograms(folder)
     monkeypatch.setenv("PATH", str(folder))
+    monkeypatch.setattr(run, "scripts_folder", lambda: str(folder))  # searched before PATH
     monkeypatch.setattr(run.subprocess, "run", fakes.run)
     yield fakes
 

