@@ -230,6 +230,24 @@ def test_a_shared_cache_plans_sccache_with_ccache_as_the_fallback(
     assert "start-cache" not in [s.name for s in plan(host_of("x86-zen4")).steps]
 
 
+def test_ccache_is_the_launcher_even_when_sccache_is_on_path(
+    host_of: Callable[..., Host], fake_programs
+) -> None:
+    """A local sccache compiles in its own server, outside the build's processes, so the
+    compile's CPU-seconds and unit memory would go unmeasured: ccache is taken, and vLLM's
+    setup.py (which takes any sccache on PATH) is told not to."""
+    fake_programs.add("sccache", "sccache 0.16.0\n")
+    both = plan(host_of("x86-zen4"))
+    assert both.env["CMAKE_CXX_COMPILER_LAUNCHER"] == "ccache"
+    assert both.env["VLLM_DISABLE_SCCACHE"] == "1"
+    assert not any("sccache" in w for w in both.warnings)
+    (fake_programs.folder / "ccache").unlink()
+    alone = plan(host_of("x86-zen4"))
+    assert alone.env["CMAKE_CXX_COMPILER_LAUNCHER"] == "sccache"
+    assert "VLLM_DISABLE_SCCACHE" not in alone.env and "CCACHE_DIR" not in alone.env
+    assert any("CPU-seconds and each unit's memory go unmeasured" in w for w in alone.warnings)
+
+
 def test_old_gxx_is_replaced_by_a_provisioned_one(
     host_of: Callable[..., Host], fake_programs
 ) -> None:
