@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import struct
-import subprocess
 import sys
 import types
 from collections.abc import Callable
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.integration.conftest import Logger, new_side, tiers_loaded
 
 pytestmark = pytest.mark.integration  # compiles the stand-in tier libraries with gcc
 
@@ -28,22 +29,9 @@ BF16, I8MM = 1 << 14, 1 << 13  # the kernel's HWCAP2_BF16, HWCAP2_I8MM (arm64 ua
 ARM_BRANCH = "        elif Platform.get_cpu_architecture() == CpuArchEnum.ARM"
 
 
-def _new_side(path: str) -> list[str]:
-    """The patched text of `path`'s hunks (context and added lines), in order."""
-    lines, inside = [], False
-    for line in PATCH.read_text().splitlines():
-        if line.startswith("+++ "):
-            inside = line == f"+++ b/{path}"
-        elif inside and line[:1] in (" ", "+") and not line.startswith("+++"):
-            lines.append(line[1:])
-        elif inside and line == "":
-            lines.append("")
-    return lines
-
-
 def _loader() -> Callable[..., None]:
     """The Arm branch of the patched CpuPlatform.import_kernels() as a function."""
-    body = _new_side("vllm/platforms/cpu.py")
+    body = new_side(PATCH, "vllm/platforms/cpu.py")
     start = next(i for i, line in enumerate(body) if line.startswith(ARM_BRANCH))
     end = body.index("        else:", start)
     source = "\n".join(
@@ -61,36 +49,6 @@ def _run_loader(logger: Logger) -> None:
     _loader()(platform, arm, types.SimpleNamespace(platform="linux"), logger)
 
 
-class Logger:
-    def __init__(self) -> None:
-        self.warnings: list[str] = []
-
-    def warning_once(self, message: str, *args: object) -> None:
-        self.warnings.append(message % args)
-
-
-@pytest.fixture
-def wheel_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Path]:
-    """A `vllm` package holding real (empty) tier libraries, importable from now on."""
-
-    def make(*tiers: str) -> Path:
-        package = tmp_path / "site" / "vllm"
-        package.mkdir(parents=True)
-        (package / "__init__.py").write_text("")
-        source = tmp_path / "empty.c"
-        source.write_text("int vcb_tier_marker(void) { return 1; }\n")
-        for tier in tiers:
-            subprocess.run(
-                ["gcc", "-shared", "-fPIC", "-o", package / f"{tier}.abi3.so", source], check=True
-            )
-        monkeypatch.syspath_prepend(str(package.parent))
-        for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
-            monkeypatch.delitem(sys.modules, name)
-        return package
-
-    return make
-
-
 @pytest.fixture
 def hwcap2(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
     """The CPU's AT_HWCAP2 as the loader's getauxval answers it."""
@@ -104,11 +62,6 @@ def hwcap2(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
         monkeypatch.setitem(sys.modules, "ctypes", fake)
 
     return cpu_with
-
-
-def _loaded(package: Path) -> list[str]:
-    maps = Path("/proc/self/maps").read_text()
-    return sorted({line.rsplit("/", 1)[-1] for line in maps.splitlines() if str(package) in line})
 
 
 @pytest.mark.parametrize(
@@ -136,7 +89,7 @@ def test_the_best_tier_the_wheel_has_and_the_cpu_runs_is_loaded(
     package, logger = wheel_with(*tiers), Logger()
     hwcap2(word)
     _run_loader(logger)
-    assert _loaded(package) == [loaded]
+    assert tiers_loaded(package) == [loaded]
     # a tier library defines no Python module: the error vLLM ignores, except for _C
     assert bool(logger.warnings) == (loaded == "_C.abi3.so")
 
@@ -148,7 +101,7 @@ def test_a_wheel_for_a_better_cpu_is_refused_clearly(
     hwcap2(BF16)
     with pytest.raises(RuntimeError, match="no CPU kernels that this CPU can run: it can run _C"):
         _run_loader(Logger())
-    assert _loaded(package) == []
+    assert tiers_loaded(package) == []
 
 
 def _auxv_hwcap2() -> int:
@@ -166,7 +119,7 @@ def test_the_real_getauxval_is_asked(wheel_with: Callable[..., Path]) -> None:
     package = wheel_with("_C", "_C_ARM_BF16I8MM")
     _run_loader(Logger())
     both = _auxv_hwcap2() & (BF16 | I8MM) == BF16 | I8MM
-    assert _loaded(package) == ["_C_ARM_BF16I8MM.abi3.so" if both else "_C.abi3.so"]
+    assert tiers_loaded(package) == ["_C_ARM_BF16I8MM.abi3.so" if both else "_C.abi3.so"]
 
 
 @pytest.mark.parametrize(
@@ -180,7 +133,7 @@ def test_the_real_getauxval_is_asked(wheel_with: Callable[..., Path]) -> None:
 def test_setup_builds_the_arm_tiers_asked_for(
     setting: str | None, modules: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    body = _new_side("setup.py")
+    body = new_side(PATCH, "setup.py")
     start = body.index("    else:")
     end = next(i for i, line in enumerate(body) if "vllm.{arm_tier}" in line)
     source = "\n".join(
@@ -204,7 +157,7 @@ def test_the_bf16_conv_path_needs_the_kernels_loaded(
     cpu_bf16: bool, library_has_conv: bool, expected: bool
 ) -> None:
     """A CPU with BF16 but no I8MM loads the portable _C, which has no BF16 conv kernels."""
-    body = _new_side("vllm/model_executor/layers/mamba/ops/cpu/gdn_attention.py")
+    body = new_side(PATCH, "vllm/model_executor/layers/mamba/ops/cpu/gdn_attention.py")
     start = body.index("def is_arm_bf16() -> bool:")
     end = body.index("    )", start)
     ops = types.SimpleNamespace(**({"causal_conv1d_fwd_cpu": object()} if library_has_conv else {}))

@@ -6,8 +6,6 @@ libraries named like vLLM's tiers, with a CPU that has more, or less, than the w
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -15,40 +13,21 @@ from typing import Any
 
 import pytest
 
+from tests.integration.conftest import Logger, new_side, tiers_loaded
+
 pytestmark = pytest.mark.integration  # compiles the stand-in tier libraries with gcc
 
 PATCH = Path(__file__).resolve().parents[2] / "recipes" / "patches" / "vllm-cpu-x86-tiers.patch"
 
 
-def _new_side(path: str) -> list[str]:
-    """The patched text of `path`'s hunks (context and added lines), in order."""
-    lines, inside = [], False
-    for line in PATCH.read_text().splitlines():
-        if line.startswith("+++ "):
-            inside = line == f"+++ b/{path}"
-        elif inside and line[:1] in (" ", "+") and not line.startswith("+++"):
-            lines.append(line[1:])
-        elif inside and line == "":
-            lines.append("")
-    return lines
-
-
 def _loader() -> Callable[..., None]:
     """The x86 branch of the patched CpuPlatform.import_kernels() as a function."""
-    body = _new_side("vllm/platforms/cpu.py")
+    body = new_side(PATCH, "vllm/platforms/cpu.py")
     end = body.index("        else:")
     source = "def import_kernels(torch, logger):\n        if True:\n" + "\n".join(body[:end])
     namespace: dict[str, Any] = {}
     exec(compile(source, str(PATCH), "exec"), namespace)
     return namespace["import_kernels"]  # type: ignore[no-any-return]
-
-
-class Logger:
-    def __init__(self) -> None:
-        self.warnings: list[str] = []
-
-    def warning_once(self, message: str, *args: object) -> None:
-        self.warnings.append(message % args)
 
 
 def _cpu(*, avx512: bool, bf16: bool, amx: bool = False) -> types.SimpleNamespace:
@@ -58,33 +37,6 @@ def _cpu(*, avx512: bool, bf16: bool, amx: bool = False) -> types.SimpleNamespac
         _is_amx_tile_supported=lambda: amx,
     )
     return types.SimpleNamespace(cpu=cpu)
-
-
-@pytest.fixture
-def wheel_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Path]:
-    """A `vllm` package holding real (empty) tier libraries, importable from now on."""
-
-    def make(*tiers: str) -> Path:
-        package = tmp_path / "site" / "vllm"
-        package.mkdir(parents=True)
-        (package / "__init__.py").write_text("")
-        source = tmp_path / "empty.c"
-        source.write_text("int vcb_tier_marker(void) { return 1; }\n")
-        for tier in tiers:
-            subprocess.run(
-                ["gcc", "-shared", "-fPIC", "-o", package / f"{tier}.abi3.so", source], check=True
-            )
-        monkeypatch.syspath_prepend(str(package.parent))
-        for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
-            monkeypatch.delitem(sys.modules, name)
-        return package
-
-    return make
-
-
-def _loaded(package: Path) -> list[str]:
-    maps = Path("/proc/self/maps").read_text()
-    return sorted({line.rsplit("/", 1)[-1] for line in maps.splitlines() if str(package) in line})
 
 
 @pytest.mark.parametrize(
@@ -105,7 +57,7 @@ def test_the_best_tier_the_wheel_has_and_the_cpu_runs_is_loaded(
 ) -> None:
     package, logger = wheel_with(*tiers), Logger()
     _loader()(_cpu(avx512=avx512, bf16=bf16), logger)
-    assert _loaded(package) == [loaded]
+    assert tiers_loaded(package) == [loaded]
     # a tier library defines no Python module: the error vLLM ignores, except for _C
     assert bool(logger.warnings) == (loaded == "_C.abi3.so")
 
@@ -116,7 +68,7 @@ def test_a_wheel_for_a_better_cpu_is_refused_clearly(wheel_with: Callable[..., P
         RuntimeError, match="no CPU kernels that this CPU can run: it can run _C_AVX2"
     ):
         _loader()(_cpu(avx512=False, bf16=False), Logger())
-    assert _loaded(package) == []
+    assert tiers_loaded(package) == []
 
 
 @pytest.mark.parametrize(
@@ -130,7 +82,7 @@ def test_a_wheel_for_a_better_cpu_is_refused_clearly(wheel_with: Callable[..., P
 def test_setup_builds_the_tiers_asked_for(
     setting: str | None, modules: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    body = _new_side("setup.py")
+    body = new_side(PATCH, "setup.py")
     start = body.index('    if platform.machine() in ("x86_64", "AMD64"):')
     end = body.index("    else:", start)
     source = "\n".join(
@@ -151,7 +103,7 @@ def test_setup_builds_the_tiers_asked_for(
 
 def _attn_isa(cpu: types.SimpleNamespace) -> Callable[..., str]:
     """The patched _get_attn_isa() of vLLM's CPU attention backend, on an x86 CPU."""
-    body = _new_side("vllm/v1/attention/backends/cpu_attn.py")
+    body = new_side(PATCH, "vllm/v1/attention/backends/cpu_attn.py")
     start = body.index("def _get_attn_isa(")
     end = body.index('        return "vec16"', body.index("    elif block_size % 32 == 0:"))
     x86 = types.SimpleNamespace(
