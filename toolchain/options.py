@@ -2,7 +2,8 @@
 
 `toolchain.settings` declares each setting once and resolves its value; this module turns the
 resolved values into `BuildOptions` (plan, build-wheel) and `PublishOptions` (publish,
-install-command).
+install-command). A build setting whose table type is enough (str, int, bool) needs nothing
+here: the stages read it with `options.get(name, kind)`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from toolchain.errors import UsageError
 from toolchain.runtime_deps import PYTORCH_CPU_INDEX, PipSources
@@ -21,6 +22,7 @@ from toolchain.settings import (
     Resolved,
     Setting,
     default_cache_dir,
+    settings_of,
 )
 from toolchain.targets import default_recipes_dir
 from toolchain.util.compile_cache import (
@@ -32,6 +34,12 @@ from toolchain.util.compile_cache import (
 )
 from toolchain.util.units import MIB
 from toolchain.util.urls import checked_url
+
+T = TypeVar("T")
+
+
+def _table_defaults() -> dict[str, Any]:
+    return {setting.name: setting.default for setting in settings_of("build-wheel")}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +65,35 @@ class BuildOptions:
     dist: DistScheduler | None = None
     # where each setting came from (flag, env VCB_X, toml, default, recipe, host), for the manifest
     origins: Mapping[str, str] = field(default_factory=dict)
+    # every build setting's checked value by its SETTINGS name, as the table types it: get()
+    settings: Mapping[str, Any] = field(default_factory=_table_defaults)
+
+    def get(self, name: str, kind: type[T]) -> T:
+        """The build setting `name` of SETTINGS that has no field here, as its `kind`."""
+        value = self.get_optional(name, kind)
+        if value is None:
+            raise TypeError(f"build setting {name} may be unset: read it with get_optional()")
+        return value
+
+    def get_optional(self, name: str, kind: type[T]) -> T | None:
+        """The build setting `name` of SETTINGS with no field here, or None when it is unset."""
+        setting = next((s for s in settings_of("build-wheel") if s.name == name), None)
+        if name in _FIELD_OF:
+            raise KeyError(f"{name}: read options.{_FIELD_OF[name]}")
+        if setting is None:
+            raise KeyError(f"{name}: no build setting of that name in SETTINGS")
+        value = self.settings[name]
+        if setting.kind is not kind or not isinstance(value, (kind, type(None))):
+            raise TypeError(f"build setting {name} is a {setting.kind.__name__}: {value!r}")
+        return value
+
+
+# the settings with a field above, converted to a richer type than the table's (paths, checked
+# URLs, parsed caches) or read throughout the stages; any other is read with BuildOptions.get
+_FIELD_OF = {name: name for name in BuildOptions.__dataclass_fields__} | {
+    "reserve_mib": "reserve_bytes",
+    "dist_scheduler": "dist",
+}
 
 
 def _optional_path(value: str | None) -> Path | None:
@@ -109,6 +146,7 @@ def build_options(values: Mapping[str, Any]) -> BuildOptions:
         build_type=values["build_type"],
         dist=dist,
         origins=_origins(values, BUILD_SETTINGS),
+        settings={setting.name: values[setting.name] for setting in settings_of("build-wheel")},
     )
 
 

@@ -11,7 +11,7 @@ import pytest
 from toolchain import settings
 from toolchain.cli import build_parser
 from toolchain.errors import UsageError
-from toolchain.options import build_options
+from toolchain.options import BuildOptions, build_options
 from toolchain.settings import SETTINGS, Setting, render_docs, resolve_settings
 
 ROOT = Path(__file__).resolve().parents[1].parent
@@ -97,3 +97,23 @@ def test_a_new_setting_is_one_table_entry(monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(UsageError, match="--link-jobs must be at least 1"):
         resolve_settings(settings.SETTINGS, {}, {"VCB_LINK_JOBS": "0"}, {})
     assert "| `--link-jobs` | `VCB_LINK_JOBS` | `link-jobs` | int |" in render_docs()
+    # and the stages read it with no field in toolchain/options.py
+    assert build_options(resolved).get("link_jobs", int) == 4
+    assert BuildOptions().get_optional("link_jobs", int) is None
+
+
+def test_options_get_reads_the_build_settings_that_have_no_field() -> None:
+    options = build_options(resolve_settings(SETTINGS, {}, {"VCB_EMULATE_CPU": "a64fx"}, {}))
+    assert options.get("emulate_cpu", str) == "a64fx"
+    assert BuildOptions().get("emulate_cpu", str) == "max"  # the table's default
+    assert options.get_optional("recipes", str) is None
+    with pytest.raises(TypeError, match="recipes may be unset"):
+        options.get("recipes", str)
+    with pytest.raises(TypeError, match="emulate_cpu is a str"):
+        options.get("emulate_cpu", int)
+    with pytest.raises(KeyError, match=r"read options\.reserve_bytes"):
+        options.get("reserve_mib", int)
+    with pytest.raises(KeyError, match=r"read options\.target"):
+        options.get("target", str)
+    with pytest.raises(KeyError, match="no build setting"):
+        options.get("index_dir", str)  # publish's
