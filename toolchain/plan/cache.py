@@ -41,10 +41,10 @@ def cache_env(
     # ccache runs each compiler as its child, so the compile's CPU-seconds, per-unit memory and
     # memory guard see it; a local sccache runs them in its own server, outside the build's
     # process tree (a 28-minute compile once counted 20 CPU-seconds and no unit's memory).
-    # vLLM's setup.py takes sccache whenever it is on PATH, unless told not to.
+    # vLLM's setup.py takes sccache whenever the compile's PATH has one, unless told not to:
+    # the build venv (first on that PATH) keeps the sccache a --cache build installed into it.
     if "ccache" in names:
-        switch_off = {"VLLM_DISABLE_SCCACHE": "1"} if "sccache" in names else {}
-        return {**LAUNCHER_CCACHE, **switch_off, **_ccache_env(options, build_dir)}
+        return {**LAUNCHER_CCACHE, **NO_SCCACHE, **_ccache_env(options, build_dir)}
     if "sccache" in names:
         warnings.append(
             "sccache compiles in its own server, outside the build's processes: the compile's "
@@ -54,10 +54,11 @@ def cache_env(
     warnings.append(
         "no ccache or sccache on PATH: a rebuild compiles everything again (apt-get install ccache)"
     )
-    return {}
+    return dict(NO_SCCACHE)
 
 
 LAUNCHER_CCACHE = {"CMAKE_C_COMPILER_LAUNCHER": "ccache", "CMAKE_CXX_COMPILER_LAUNCHER": "ccache"}
+NO_SCCACHE = {"VLLM_DISABLE_SCCACHE": "1"}
 
 
 def _private_tmp(build_dir: Path, suffix: str) -> Path:

@@ -248,6 +248,21 @@ def test_ccache_is_the_launcher_even_when_sccache_is_on_path(
     assert any("CPU-seconds and each unit's memory go unmeasured" in w for w in alone.warnings)
 
 
+def test_sccache_is_switched_off_when_only_the_build_venv_may_have_one(
+    host_of: Callable[..., Host], fake_programs
+) -> None:
+    """A --cache build installs sccache into the build venv, which the next build of the same
+    folder reuses first on the compile's PATH: vLLM's setup.py would take it over ccache."""
+    (fake_programs.folder / "sccache").unlink(missing_ok=True)
+    ccache_only = plan(host_of("x86-zen4"))
+    assert ccache_only.env["CMAKE_CXX_COMPILER_LAUNCHER"] == "ccache"
+    assert ccache_only.env["VLLM_DISABLE_SCCACHE"] == "1"
+    (fake_programs.folder / "ccache").unlink()
+    neither = plan(host_of("x86-zen4"))
+    assert "CMAKE_CXX_COMPILER_LAUNCHER" not in neither.env
+    assert neither.env["VLLM_DISABLE_SCCACHE"] == "1"
+
+
 def test_old_gxx_is_replaced_by_a_provisioned_one(
     host_of: Callable[..., Host], fake_programs
 ) -> None:
