@@ -96,9 +96,13 @@ def missing_symbols(
     absolute folders into an emulated root."""
     top = read_elf(library)
     folders = list(search)
-    seen: dict[str, ElfSymbols] = {interpreter.name: read_elf(interpreter)}
+    python = read_elf(interpreter)
+    seen: dict[str, ElfSymbols] = {interpreter.name: python}
     unfound: list[str] = []
-    queue = [(name, library.parent, top.runpath) for name in top.needed]
+    # a Python built with --enable-shared (pyenv's, for one) defines the C API in its
+    # libpython, which it loads first: that is global scope too
+    queue = [(name, interpreter.parent, python.runpath) for name in python.needed]
+    queue += [(name, library.parent, top.runpath) for name in top.needed]
     while queue:
         name, origin, runpath = queue.pop(0)
         if name in seen or name in unfound:

@@ -3,6 +3,7 @@ for an emulated CPU, its needs read from the wheel, the root and the wrappers, a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import zipfile
 from pathlib import Path
@@ -19,6 +20,7 @@ from toolchain.emulate.root import binfmt_flags, ensure_binfmt, plan_root
 from toolchain.emulate.session import ENTER, EmulatedCpu, Wrappers
 from toolchain.emulate.standins import build_stand_ins, cross_compiler, stand_in_source
 from toolchain.errors import ToolMissingError, UnsupportedHostError
+from toolchain.verify import symbols
 from toolchain.verify.results import FAIL, PASS, WARN
 from toolchain.verify.symbols import MissingSymbols, check_symbols, parse_dyn_syms, parse_dynamic
 from toolchain.wheelfile import MANIFEST_NAME
@@ -295,6 +297,38 @@ def test_missing_symbols_fail_unless_stand_ins_let_a_substitute_torch_load_them(
     assert failed.status == FAIL and "_C.abi3.so needs sbgemm_" in failed.summary
     warned = check_symbols(missing, stand_ins="/opt/vcb-verify/stand-ins/libvcb-stand-ins.so")
     assert warned.status == WARN and "abort if called" in warned.summary
+
+
+def test_a_shared_libpython_is_global_scope_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyenv's Python (--enable-shared) defines the C API in libpython3.11.so, which it loads
+    itself: a kernel library's PyModule_Create2 is defined, not missing (it was reported missing
+    for our x86 wheel, which loaded fine)."""
+    prefix = tmp_path / "pyenv"
+    for path in (prefix / "bin" / "python3.11", prefix / "lib" / "libpython3.11.so.1.0",
+                 tmp_path / "site" / "_C.abi3.so"):  # fmt: skip
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    elves = {
+        "python3.11": symbols.ElfSymbols(defined=frozenset({"main"}), undefined={},
+                                         needed=("libpython3.11.so.1.0",),
+                                         runpath=(str(prefix / "lib"),)),
+        "libpython3.11.so.1.0": symbols.ElfSymbols(defined=frozenset({"PyModule_Create2"}),
+                                                   undefined={}, needed=(), runpath=()),
+        "_C.abi3.so": symbols.ElfSymbols(defined=frozenset(), needed=(), runpath=(),
+                                         undefined={"PyModule_Create2": "FUNC"}),
+    }  # fmt: skip
+    monkeypatch.setattr(symbols, "read_elf", lambda path: elves[Path(path).name])
+    found = symbols.missing_symbols(
+        tmp_path / "site" / "_C.abi3.so", [], interpreter=prefix / "bin" / "python3.11"
+    )
+    assert found.symbols == {} and found.unfound_libraries == ()
+    elves["python3.11"] = dataclasses.replace(elves["python3.11"], needed=())
+    alone = symbols.missing_symbols(
+        tmp_path / "site" / "_C.abi3.so", [], interpreter=prefix / "bin" / "python3.11"
+    )
+    assert alone.symbols == {"PyModule_Create2": "FUNC"}
 
 
 def test_a_stand_in_aborts_loudly_and_computes_nothing() -> None:
