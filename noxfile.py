@@ -62,6 +62,12 @@ def bench(session: nox.Session) -> None:
     _toolchain(session, "bench")
 
 
+@nox.session(name="kernel-tests")
+def kernel_tests(session: nox.Session) -> None:
+    """vLLM's CPU kernel tests on a wheel, case by case against another (`-- A.whl [B.whl]`)."""
+    _toolchain(session, "kernel-tests")
+
+
 @nox.session
 def publish(session: nox.Session) -> None:
     """Write the per-variant index of wheels/ (`-- --index-dir DIR --upload URL`)."""

@@ -82,6 +82,7 @@ def default_cache_dir() -> str:
 
 VERIFY = ("verify",)
 BENCH = ("bench",)
+KERNEL_TESTS = ("kernel-tests",)
 INSTALL = ("install-command",)
 PUBLISH = ("publish",)
 NEW_RECIPE = ("new-recipe",)
@@ -137,9 +138,9 @@ SETTINGS = (
     ),
     Setting(
         name="sources",
-        commands=BUILD,
+        commands=BUILD + KERNEL_TESTS,
         unset="none",
-        help="local mirror of third-party sources (oneDNN, ACL)",
+        help="local mirror of sources (fetch-sources: the vLLM sdist, oneDNN, ACL)",
     ),
     Setting(
         name="source_dir",
@@ -149,20 +150,27 @@ SETTINGS = (
     ),
     Setting(
         name="torch_index",
-        commands=BUILD + VERIFY + BENCH + INSTALL,
+        commands=BUILD + VERIFY + BENCH + KERNEL_TESTS + INSTALL,
         unset="recipe",
         help="index for the PyTorch CPU build",
         default_text="the recipe's",
     ),
     Setting(
         name="find_links",
-        commands=BUILD + VERIFY + BENCH + INSTALL,
+        commands=BUILD + VERIFY + BENCH + KERNEL_TESTS + INSTALL,
         unset="none",
         help="local wheel folders for pip, separated by ':'",
     ),
     Setting(
         name="work_dir",
-        commands=BUILD + VERIFY + BENCH + PUBLISH + INSTALL + NEW_RECIPE + LEARN_PRUNE,
+        commands=BUILD
+        + VERIFY
+        + BENCH
+        + KERNEL_TESTS
+        + PUBLISH
+        + INSTALL
+        + NEW_RECIPE
+        + LEARN_PRUNE,
         default=default_cache_dir(),
         help="cache and build folder",
         default_text="~/.cache/vllm-cpu-builder",
@@ -192,14 +200,14 @@ SETTINGS = (
     ),
     Setting(
         name="recipes",
-        commands=BUILD + PUBLISH + INSTALL + NEW_RECIPE + LEARN_PRUNE,
+        commands=BUILD + KERNEL_TESTS + PUBLISH + INSTALL + NEW_RECIPE + LEARN_PRUNE,
         unset="default",
         help="recipes folder",
         default_text="the ones shipped with the toolkit",
     ),
     Setting(
         name="index_url",
-        commands=BUILD + INSTALL + NEW_RECIPE,
+        commands=BUILD + KERNEL_TESTS + INSTALL + NEW_RECIPE,
         help="public index: the vLLM sdist, install-command's requirements",
         default_text="PyPI; install-command: pip's configured index-url, else PyPI",
     ),
@@ -252,6 +260,24 @@ SETTINGS = (
         default=3,
         help="bench: interleaved A/B rounds, each a fresh engine per side and dtype",
         default_text="3",
+    ),
+    Setting(
+        name="sample",
+        commands=KERNEL_TESTS,
+        kind=int,
+        minimum=1,
+        unset="none",
+        help="kernel-tests: about this many cases per test file, every k-th of a fixed shuffle",
+        default_text="every case",
+    ),
+    Setting(
+        name="chunk",
+        commands=KERNEL_TESTS,
+        kind=int,
+        minimum=1,
+        default=50,
+        help="kernel-tests: cases per pytest process (one grows to about 12 GB in 50)",
+        default_text="50",
     ),
     Setting(
         name="index_dir",

@@ -187,6 +187,14 @@ def wheel_version(wheel: Path) -> str:
     return str(parse_wheel_filename(wheel.name)[1])
 
 
+def metadata_version(wheel: Path) -> str:
+    """The Version of the wheel's METADATA (`0.32.0+cpu.avx2`), not its file name's."""
+    version = Parser().parsestr(core_metadata(wheel).decode(errors="replace")).get("Version")
+    if not version:
+        raise DataFileError(f"{wheel}: its METADATA has no Version")
+    return str(version).strip()
+
+
 def core_metadata(wheel: Path) -> bytes:
     """The wheel's METADATA file, as it is (what PEP 658 serves beside the wheel)."""
     metadata = _read_member(wheel, "METADATA")

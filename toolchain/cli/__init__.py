@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from toolchain import __version__
-from toolchain.cli import bench, build, detect, publish, recipe, verify
+from toolchain.cli import bench, build, detect, kernel_tests, publish, recipe, verify
 from toolchain.cli.common import Parser, configure_output
 from toolchain.errors import ToolchainError, ToolMissingError
 from toolchain.util.report import reporter
@@ -43,7 +43,7 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     parser = Parser(prog=prog, description="Build vLLM for CPUs, verify the wheel, publish it.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for area in (detect, build, recipe, verify, bench, publish):
+    for area in (detect, build, recipe, verify, bench, kernel_tests, publish):
         area.configure_parser(commands)
     return parser
 

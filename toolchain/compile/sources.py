@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from toolchain.compile.pip_sdist import PIP_CHANGED
 from toolchain.errors import ProcessFailedError, SourceError, UsageError
-from toolchain.plan.recipes import Recipe, ThirdParty
+from toolchain.plan.recipes import Recipe, ThirdParty, known_versions, load_recipe
 from toolchain.settings import PYPI_SIMPLE
 from toolchain.util import run
 from toolchain.util.datafile import parse_json
@@ -369,3 +369,25 @@ def fetch_new_sdist(*, sdist: str, cache_root: Path, index_url: str) -> tuple[Pa
         final.parent.mkdir(parents=True, exist_ok=True)
         staging.replace(final)
     return final, found
+
+
+def release_sdist(
+    version: str, *, recipes_dir: Path, cache_root: Path, index_url: str, mirror: Path | None
+) -> Path:
+    """vLLM `version`'s sdist, as build-wheel gets it (checked against its recipe, from the cache
+    cache_root/SHA256/, the mirror or pip's index); for a release no recipe knows, the mirror's
+    copy unchecked, else the index's, checked against the sha256 the index states."""
+    sdist = f"vllm-{version}.tar.gz"
+    if version in known_versions(recipes_dir):
+        recipe = load_recipe(recipes_dir, version)
+        return fetch_sdist(
+            sdist=recipe.sdist,
+            sha256=recipe.sha256,
+            cache=cache_root / recipe.sha256 / recipe.sdist,
+            index_url=index_url,
+            mirror=mirror,
+        )
+    if mirror is not None and (mirror / sdist).is_file():
+        reporter.warning(f"{mirror / sdist}: no recipe records its sha256; used as it is")
+        return mirror / sdist
+    return fetch_new_sdist(sdist=sdist, cache_root=cache_root, index_url=index_url)[0]

@@ -141,13 +141,22 @@ def _check_links(root: Path) -> None:
                 raise _refuse(str(path.relative_to(root)), "a link that leads out of the folder")
 
 
-def _extract_data(tar: tarfile.TarFile, staging: Path) -> None:
+def _under(member: tarfile.TarInfo, folder: str) -> bool:
+    """Whether `member` is `folder` or inside it, below the archive's top folder."""
+    inner = member.name.removeprefix("./").partition("/")[2]
+    return inner == folder or inner.startswith(folder + "/")
+
+
+def _extract_data(tar: tarfile.TarFile, staging: Path, only: str = "") -> None:
     """Extract only what stays inside `staging`, one member at a time, each checked against what
     is already on disk, then every link checked once more; tarfile's "data" filter besides where
-    this Python has it (3.11.4 and newer; Debian 12's python3 is 3.11.2), as a second line."""
+    this Python has it (3.11.4 and newer; Debian 12's python3 is 3.11.2), as a second line.
+    `only`: a folder below the top one, the only part extracted."""
     root = staging.resolve()
     with_filter = hasattr(tarfile, "data_filter")
     for member in tar.getmembers():
+        if only and not _under(member, only):
+            continue
         _check_member(member, root)
         if with_filter:
             tar.extract(member, staging, set_attrs=not member.isdir(), filter="data")
@@ -156,8 +165,9 @@ def _extract_data(tar: tarfile.TarFile, staging: Path) -> None:
     _check_links(root)
 
 
-def unpack_tar(archive: Path, destination: Path, *, stamp: str) -> Path:
-    """Unpack an archive's single top folder as `destination`; reuse it if `stamp` matches."""
+def unpack_tar(archive: Path, destination: Path, *, stamp: str, only: str = "") -> Path:
+    """Unpack an archive's single top folder as `destination`; reuse it if `stamp` matches.
+    `only`: a folder below the top one (`tests`), the only part unpacked."""
     marker = destination / MARKER
     if marker.is_file() and marker.read_text().strip() == stamp:
         return destination
@@ -167,7 +177,7 @@ def unpack_tar(archive: Path, destination: Path, *, stamp: str) -> Path:
     staging.mkdir(parents=True)
     try:
         with tarfile.open(archive) as tar:
-            _extract_data(tar, staging)
+            _extract_data(tar, staging, only)
         tops = list(staging.iterdir())
         root = tops[0] if len(tops) == 1 and tops[0].is_dir() else staging
         (root / MARKER).write_text(stamp + "\n")
