@@ -206,6 +206,7 @@ def test_output_flags_of_the_long_commands() -> None:
         ("build-wheel", []),
         ("verify", []),
         ("bench", [__file__]),  # bench's wheel must exist; any file does for parsing
+        ("kernel-tests", [__file__]),
         ("publish", []),
         ("fetch-sources", ["--to", "mirror"]),
     ):
