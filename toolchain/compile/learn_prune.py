@@ -11,6 +11,7 @@ from pathlib import Path
 
 from toolchain.compile.onednn_prune import Learned, learn, render_list, write_list
 from toolchain.errors import BuildError, UsageError
+from toolchain.plan.onednn_callers import callers_digest, sdist_callers, tree_callers
 from toolchain.plan.recipes import Recipe
 from toolchain.util.platform import machine_arch
 
@@ -41,7 +42,8 @@ class PruneOutcome:
     path: Path
     learned: Learned
     arch: str
-    entry: str | None  # the [[onednn_prune]] lines to paste; None: the recipe names the file
+    callers: str  # the digest of the oneDNN callers of the build's sources
+    entry: str | None  # the [[onednn_prune]] lines to paste; None: the recipe has them already
 
 
 def target_arch(recipe: Recipe, target: str, arch: str | None) -> str:
@@ -109,10 +111,25 @@ def destination(request: PruneRequest, arch: str) -> Path:
     return request.recipes_dir / PRUNE_DIR / name
 
 
-def recipe_entry(request: PruneRequest, arch: str, path: Path, learned: Learned) -> str | None:
-    """The [[onednn_prune]] lines for this list, or None when the recipe names this file."""
+def release_callers(request: PruneRequest, build_dir: Path) -> str:
+    """The oneDNN callers digest of what the build compiled: the release's sdist as build-wheel
+    cached it (its unpacked tree carries the recipe's patches), else the build's tree (a
+    --source-dir build)."""
+    recipe = request.recipe
+    sdist = request.work_dir / "sdists" / recipe.sha256 / recipe.sdist
+    return callers_digest(
+        sdist_callers(sdist) if sdist.is_file() else tree_callers(build_dir / "src")
+    )
+
+
+def recipe_entry(
+    request: PruneRequest, arch: str, path: Path, learned: Learned, callers: str
+) -> str | None:
+    """The [[onednn_prune]] lines for this list, or None when the recipe names this file with
+    these callers."""
     for prune in request.recipe.onednn_prune:
-        if prune.applies_to(request.target, arch) and prune.file.resolve() == path.resolve():
+        same_file = prune.file.resolve() == path.resolve()
+        if prune.applies_to(request.target, arch) and same_file and prune.callers == callers:
             return None
     try:
         file = path.resolve().relative_to(request.recipes_dir.resolve()).as_posix()
@@ -127,6 +144,7 @@ def recipe_entry(request: PruneRequest, arch: str, path: Path, learned: Learned)
             f'target = "{request.target}"',
             f'arch = "{arch}"',
             f'file = "{file}"',
+            f'callers = "{callers}"',
             'reason = "oneDNN compiles every CPU source whatever ISA and primitives are enabled; '
             f'{libraries} {verb} {learned.kept} of its {learned.units} units"',
         ]
@@ -156,6 +174,7 @@ def learn_prune(request: PruneRequest) -> PruneOutcome:
         command=request.command(arch),
         day=datetime.datetime.now(datetime.UTC).date().isoformat(),
     )
+    callers = release_callers(request, build_dir)
     write_list(path, text)
-    entry = recipe_entry(request, arch, path, learned)
-    return PruneOutcome(path=path, learned=learned, arch=arch, entry=entry)
+    entry = recipe_entry(request, arch, path, learned, callers)
+    return PruneOutcome(path=path, learned=learned, arch=arch, callers=callers, entry=entry)

@@ -91,6 +91,9 @@ class OnednnPrune:
     units: int
     reason: str
     arch: str  # the recipe's `arch`, or the one architecture whose ISA model has the target
+    # `sha256:HEX` of the oneDNN callers of the release it was learned from (plan/onednn_callers);
+    # None: not recorded, so new-recipe hands it on to no other release
+    callers: str | None = None
     content: bytes = field(default=b"", repr=False, compare=False)  # as read once, and hashed
 
     def applies_to(self, target: str, arch: str) -> bool:
@@ -199,7 +202,7 @@ RECIPE_KEYS = {
     "third_party": {"name", "arch", "repository", "ref", "commit", "archive", "tar_sha256", "env"},
     "drop_requirements": {"name", "reason"},
     "patches": {"file", "versions", "reason", "arch", "enables"},
-    "onednn_prune": {"target", "arch", "file", "reason"},
+    "onednn_prune": {"target", "arch", "file", "reason", "callers"},
     "compile_memory": {"what", "targets", "peak_mib", "pool", "arch"},
     "darwin": {"torch", "macos_min", "clang_min", "isa_model"},
 }  # fmt: skip
@@ -431,8 +434,19 @@ def _onednn_prune(
         units=len(units),
         reason=string(entry, "reason", where=where),
         arch=arch,
+        callers=_callers(entry, where=where),
         content=content,
     )
+
+
+def _callers(entry: dict[str, Any], *, where: str) -> str | None:
+    callers = _optional_string(entry, "callers", where=where)
+    if callers is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", callers):
+        raise DataFileError(
+            f"{where}: key 'callers' must be 'sha256:' and 64 hex digits, got {callers!r}",
+            hint="learn-prune prints the value for the release it learned from",
+        )
+    return callers
 
 
 def _one_per_build(prunes: list[OnednnPrune], *, where: str) -> tuple[OnednnPrune, ...]:

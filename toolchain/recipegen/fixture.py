@@ -1,4 +1,5 @@
-"""Cut a test fixture from a real sdist: only the files `new-recipe` reads, and the real hash.
+"""Cut a test fixture from a real sdist: only the files `new-recipe` reads (its oneDNN callers
+among them), and the real hash.
 
     python -m toolchain.recipegen.fixture SDIST DEST_DIR [RECIPES_DIR]
 
@@ -11,15 +12,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from toolchain.plan.onednn_callers import sdist_callers
 from toolchain.recipegen.new_recipe import files_read, shipped_patches
-from toolchain.recipegen.sdist import read_sdist, write_fixture
+from toolchain.recipegen.sdist import SdistFiles, read_sdist, write_fixture
 from toolchain.targets import default_recipes_dir
 from toolchain.util.files import sha256_file
 
 
 def cut(sdist: Path, destination: Path, recipes_dir: Path) -> Path:
     top = sdist.name.removesuffix(".tar.gz")
-    files = read_sdist(sdist, files_read(shipped_patches(recipes_dir)))
+    read = read_sdist(sdist, files_read(shipped_patches(recipes_dir)))
+    files = SdistFiles(name=read.name, files={**read.files, **sdist_callers(sdist)})
     destination.mkdir(parents=True, exist_ok=True)
     fixture = destination / sdist.name
     write_fixture(files, top, fixture)

@@ -12,6 +12,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from toolchain.errors import DataFileError, UsageError
+from toolchain.plan.onednn_callers import callers_digest, sdist_callers
 from toolchain.plan.recipes import parse_recipe, recipe_path
 from toolchain.recipegen import facts
 from toolchain.recipegen.cmake_facts import (
@@ -85,7 +86,7 @@ def generate(version: Version, sdist: Path, sha256: str, recipes_dir: Path) -> G
     draft.isa = patched_eras(draft.isa, draft.eras, names)
     sections = [draft.isa_section() if s.header == ISA_HEADER else s for s in sections]
     sections += listed
-    sections += draft.prune()
+    sections += draft.prune(callers_digest(sdist_callers(sdist)))
     name = recipe_path(recipes_dir, str(version)).name
     text = render(draft.header(), sections)
     models = load_isa_models(recipes_dir / ISA_MODELS_FILE)
@@ -240,13 +241,12 @@ class _Draft:
             )
         return "Measured for this release: kept from the recipe this one replaces."
 
-    def _prune_comment(self) -> str:
+    def _prune_comment(self, arch: str) -> str:
         if not self.inherited:
             return self._measured_comment()
         return (
-            f"{self._measured_comment()} Same oneDNN ({_onednn_ref_of(self.downloads)}); a unit "
-            "this release's kernels need that the list leaves out fails the wheel's import: "
-            "verify the wheel."
+            f"{self._measured_comment()} Same oneDNN ({_onednn_ref_of(self.downloads, arch)}) "
+            "and the same oneDNN callers (`callers`): the same units link."
         )
 
     def _third_party(self, dep: Download) -> Section:
@@ -305,27 +305,46 @@ class _Draft:
                 self.notes.append(f"{file} does NOT apply: not listed; " + "; ".join(run.failures))
         return listed
 
-    def prune(self) -> list[Section]:
-        source = self.measured_recipe
-        x86 = self.models[self.isa["x86_64"]]
-        same_onednn = _onednn_ref(source) == _onednn_ref_of(self.downloads)
+    def prune(self, callers: str) -> list[Section]:
+        """The measured release's prune lists, for a release with the same oneDNN and the same
+        oneDNN callers (`callers`, this sdist's digest): it links the same units."""
         kept = []
-        for entry in source.get("onednn_prune", []):
-            x86_list = entry.get("arch", "x86_64") == "x86_64"  # the x86 oneDNN ref compared
-            if same_onednn and x86_list and entry.get("target") in x86.targets:
-                kept.append(
-                    Section(
-                        header="[[onednn_prune]]",
-                        keys=entry,
-                        comments={"": self._prune_comment()},
-                    )
-                )
+        for entry in self.measured_recipe.get("onednn_prune", []):
+            arch = self._prune_arch(entry)
+            if arch is None:
+                why_not: str | None = "no such target here"
+            else:
+                why_not = self._not_inherited(entry, arch, callers)
+            if arch is not None and why_not is None:
+                comments = {"": self._prune_comment(arch)}
+                kept.append(Section(header="[[onednn_prune]]", keys=entry, comments=comments))
             else:
                 self.notes.append(
-                    f"{self.measured}'s oneDNN prune list for {entry.get('target')} not inherited: "
-                    "another oneDNN or no such target here"
+                    f"{self.measured}'s oneDNN prune list for {entry.get('target')} not "
+                    f"inherited: {why_not}"
                 )
         return kept
+
+    def _prune_arch(self, entry: dict[str, Any]) -> str | None:
+        """The architecture of a list's build (its `arch`, else the one whose ISA model has the
+        target), when this release has that target there."""
+        target = entry.get("target")
+        having = [a for a, model in self.isa.items() if target in self.models[model].targets]
+        arch = entry.get("arch") or (having[0] if len(having) == 1 else None)
+        return arch if arch in having else None
+
+    def _not_inherited(self, entry: dict[str, Any], arch: str, callers: str) -> str | None:
+        """Why the measured release's list would be wrong here; None: it holds."""
+        if _onednn_ref(self.measured_recipe, arch) != _onednn_ref_of(self.downloads, arch):
+            return f"another oneDNN on {arch}"
+        if "callers" not in entry:
+            return "it records no oneDNN callers (learn-prune records them)"
+        if entry["callers"] != callers:
+            return (
+                f"this release calls oneDNN from other code ({callers}, not {entry['callers']}): "
+                "learn its own list from a build (learn-prune)"
+            )
+        return None
 
 
 def _ordered(deps: list[Download]) -> list[Download]:
@@ -337,12 +356,12 @@ def _is_commit(ref: str) -> bool:
     return len(ref) == 40 and all(c in "0123456789abcdef" for c in ref)
 
 
-def _onednn_ref(recipe: dict[str, Any]) -> str | None:
+def _onednn_ref(recipe: dict[str, Any], arch: str) -> str | None:
     for entry in recipe.get("third_party", []):
-        if entry.get("name") == "oneDNN" and entry.get("arch") in (None, "x86_64"):
+        if entry.get("name") == "oneDNN" and entry.get("arch") in (None, arch):
             return str(entry["ref"])
     return None
 
 
-def _onednn_ref_of(deps: list[Download]) -> str | None:
-    return next((d.ref for d in deps if d.name == "oneDNN" and d.arch in (None, "x86_64")), None)
+def _onednn_ref_of(deps: list[Download], arch: str) -> str | None:
+    return next((d.ref for d in deps if d.name == "oneDNN" and d.arch in (None, arch)), None)

@@ -14,6 +14,7 @@ from toolchain.cli import main
 from toolchain.compile.ninja_file import read_builds
 from toolchain.compile.onednn_prune import archive_build, kernel_libraries, learn, link_command
 from toolchain.errors import BuildError
+from toolchain.plan.onednn_callers import callers_digest
 from toolchain.plan.recipes import load_recipe
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "onednn-prune"
@@ -143,6 +144,9 @@ def test_the_link_is_found_between_pre_and_post_link_steps() -> None:
         link_command("/usr/bin/g++ -c a.cpp -o a.o", "_C.abi3.so")
 
 
+HELPER, HELPER_TEXT = "csrc/cpu/dnnl_helper.h", '#include "oneapi/dnnl/dnnl.hpp"\n'
+
+
 def _work_dir(tmp_path: Path, target: str, arch: str) -> Path:
     work = tmp_path / "work"
     build = work / "builds" / f"vllm-0.32.0-{arch}-{target}-cp311"
@@ -159,6 +163,9 @@ def test_learn_prune_writes_the_list_and_the_entry_that_loads(
     recipes = tmp_path / "recipes"
     shutil.copytree(RECIPES, recipes)
     work = _work_dir(tmp_path, "bf16", "aarch64")
+    helper = work / "builds" / "vllm-0.32.0-aarch64-bf16-cp311" / "src" / HELPER
+    helper.parent.mkdir(parents=True)
+    helper.write_text(HELPER_TEXT)
     argv = ["learn-prune", "--vllm", "0.32.0", "--target", "bf16", "--work-dir", str(work)]
     assert main([*argv, "--recipes", str(recipes)]) == 0
     out = capsys.readouterr().out
@@ -175,6 +182,8 @@ def test_learn_prune_writes_the_list_and_the_entry_that_loads(
     assert 'target = "bf16"\narch = "aarch64"\n' in entry
     assert 'file = "onednn-prune/vllm-0.32.0-aarch64-bf16.txt"\n' in entry
     assert "link 6 of its 10 units" in entry
+    # no sdist cached in this work folder: the oneDNN callers of the build's own tree
+    assert f'callers = "{callers_digest({HELPER: HELPER_TEXT})}"\n' in entry
     recipe_file = recipes / "vllm-0.32.0.toml"
     recipe_file.write_text(recipe_file.read_text() + "\n" + entry)
     recipe = load_recipe(recipes, "0.32.0")

@@ -55,9 +55,9 @@ def plan(host: Host, version: str = "0.32.0", **options: object):  # type: ignor
 
 
 def test_seed_vm_gets_one_job_not_32_or_6(host_of: Callable[..., Host]) -> None:
-    # flat sizing: 0.34.0 has no measured model (test_job_pools.py has 0.32.0's pools)
+    # flat sizing: 0.16.0 has no measured model (test_job_pools.py has 0.32.0's pools)
     host = host_of("x86-haswell", cpus=6, total_gib=7.75, available_gib=4.66)
-    result = plan(host, "0.34.0")
+    result = plan(host, "0.16.0")
     assert result.max_jobs == 1
     assert result.jobs.limited_by == "memory"
     assert result.env["MAX_JOBS"] == "1" and result.env["CMAKE_BUILD_PARALLEL_LEVEL"] == "1"
@@ -68,7 +68,7 @@ def test_seed_vm_from_saved_meminfo(host_of: Callable[..., Host]) -> None:
         cpuinfo_file=FIXTURES / "cpuinfo" / "x86-haswell.txt",
         meminfo_file=FIXTURES / "meminfo" / "seed-6cpu-7.75g.txt",
     )
-    assert plan(dataclasses.replace(host, cpus_usable=6), "0.34.0").max_jobs == 1
+    assert plan(dataclasses.replace(host, cpus_usable=6), "0.16.0").max_jobs == 1
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def test_seed_vm_from_saved_meminfo(host_of: Callable[..., Host]) -> None:
 def test_jobs_are_the_lesser_of_cpus_and_memory(
     host_of: Callable[..., Host], cpus: int, available: float, jobs: int, by: str
 ) -> None:
-    result = plan(host_of("x86-zen4", cpus=cpus, available_gib=available), "0.34.0")
+    result = plan(host_of("x86-zen4", cpus=cpus, available_gib=available), "0.16.0")
     assert (result.max_jobs, result.jobs.limited_by) == (jobs, by)
 
 

@@ -17,7 +17,7 @@ RECIPES = Path(__file__).resolve().parents[3] / "recipes"
 ADDED = f"onednn_prune[{(RECIPES / 'vllm-0.32.0.toml').read_text().count('[[onednn_prune]]')}]"
 
 
-def _recipes_with(tmp_path: Path, entry: str, *, arm_portable: bool = False) -> Path:
+def _recipes_with(tmp_path: Path, entry: str, *, arm_twin: bool = False) -> Path:
     """The shipped recipes, 0.32.0 with one more [[onednn_prune]] entry (and a 3-unit list)."""
     folder = tmp_path / "recipes"
     shutil.copytree(RECIPES, folder)
@@ -29,13 +29,12 @@ def _recipes_with(tmp_path: Path, entry: str, *, arm_portable: bool = False) -> 
         f'{recipe.read_text()}\n[[onednn_prune]]\n{entry}\nfile = "onednn-prune/extra.txt"\n'
         'reason = "a test"\n'
     )
-    if arm_portable:  # a target name both architectures have, as Arm `portable` will be
+    if arm_twin:  # a target name both architectures have (Arm's `portable` is one)
         models = folder / "isa-models.toml"
         models.write_text(
             models.read_text().replace(
-                "[arm-switches.targets.neon]",
-                '[arm-switches.targets.portable]\nmin_isa = ["asimd"]\n\n'
-                "[arm-switches.targets.neon]",
+                "[arm-tiers.targets.neon]",
+                '[arm-tiers.targets.avx512]\nmin_isa = ["asimd"]\n\n[arm-tiers.targets.neon]',
             )
         )
     return folder
@@ -51,25 +50,23 @@ def test_an_aarch64_list_applies_to_that_target_on_arm_only(tmp_path: Path) -> N
     assert _list_for(recipe, "aarch64", "bf16") == 3
     assert _list_for(recipe, "aarch64", "bf16i8mm") is None
     assert _list_for(recipe, "x86_64", "avx2") == 184  # the shipped x86 list, unchanged
-    assert _list_for(recipe, "x86_64", "portable") is None
+    assert _list_for(recipe, "x86_64", "avx512") is None
     assert recipe.onednn_prune[-1].arch == "aarch64"
 
 
 def test_a_target_both_architectures_have_needs_its_arch(tmp_path: Path) -> None:
-    folder = _recipes_with(tmp_path, 'target = "portable"', arm_portable=True)
+    folder = _recipes_with(tmp_path, 'target = "avx512"', arm_twin=True)
     with pytest.raises(DataFileError) as caught:
         load_recipe(folder, "0.32.0")
-    assert f"{ADDED}: target 'portable' is a target of x86_64 and aarch64" in str(
+    assert f"{ADDED}: target 'avx512' is a target of x86_64 and aarch64" in str(
         caught.value.message
     )
     assert "key 'arch'" in caught.value.message
 
-    folder = _recipes_with(
-        tmp_path / "b", 'target = "portable"\narch = "x86_64"', arm_portable=True
-    )
+    folder = _recipes_with(tmp_path / "b", 'target = "avx512"\narch = "x86_64"', arm_twin=True)
     recipe = load_recipe(folder, "0.32.0")
-    assert _list_for(recipe, "x86_64", "portable") == 3
-    assert _list_for(recipe, "aarch64", "portable") is None
+    assert _list_for(recipe, "x86_64", "avx512") == 3
+    assert _list_for(recipe, "aarch64", "avx512") is None
 
 
 @pytest.mark.parametrize(
@@ -85,6 +82,10 @@ def test_a_target_both_architectures_have_needs_its_arch(tmp_path: Path) -> None
         ('target = "avx2"\narch = "x86_64"', "{ADDED}: a second list for target 'avx2'"),
         ('target = "neon"\narch = "aarch64"', "{ADDED}: a second list for target 'neon' on"),
         ('target = "neon"\narches = "aarch64"', "{ADDED}"),
+        (
+            'target = "avx512"\ncallers = "522e430c"',
+            "{ADDED}: key 'callers' must be 'sha256:' and 64 hex digits, got '522e430c'",
+        ),
     ],
 )
 def test_a_wrong_entry_names_the_recipe_and_key(tmp_path: Path, entry: str, expected: str) -> None:

@@ -11,6 +11,8 @@ import pytest
 from packaging.version import Version
 
 from toolchain.cli import main
+from toolchain.plan.onednn_callers import callers_digest, sdist_callers
+from toolchain.plan.recipes import load_recipe
 from toolchain.recipegen import facts
 from toolchain.recipegen.new_recipe import files_read, generate, shipped_patches
 from toolchain.recipegen.render import Section, render
@@ -71,7 +73,9 @@ def _poisoned_folder(version: str, tmp_path: Path) -> Path:
 
 def _altered(version: str, path: str, change: tuple[str, str], tmp_path: Path) -> Path:
     """The fixture sdist with one replacement in one of its files."""
-    files = read_sdist(SDISTS / f"vllm-{version}.tar.gz", files_read(shipped_patches(RECIPES)))
+    fixture = SDISTS / f"vllm-{version}.tar.gz"
+    read = read_sdist(fixture, files_read(shipped_patches(RECIPES)))
+    files = SdistFiles(name=read.name, files={**read.files, **sdist_callers(fixture)})
     assert change[0] in files.text(path)
     text = files.text(path).replace(change[0], change[1], 1)
     altered = SdistFiles(name=files.name, files={**files.files, path: text})
@@ -211,3 +215,32 @@ def test_a_macos_it_cannot_name_is_exit_4(
     argv = ["new-recipe", "--vllm", "0.34.0", "--sdist", str(sdist), "--to", str(tmp_path / "o")]
     assert main(argv) == 4
     assert "macOS Redwood is a name this generator does not know" in capsys.readouterr().err
+
+
+def _prunes(text: str) -> list[tuple[str, str | None]]:
+    made = tomllib.loads(text)
+    return [(entry["target"], entry.get("callers")) for entry in made.get("onednn_prune", [])]
+
+
+def test_a_prune_list_goes_only_to_a_release_with_the_same_onednn_callers(
+    fake_programs: Any, tmp_path: Path
+) -> None:
+    """0.34.0 calls oneDNN from the same code as 0.32.0, so it links the same units and takes
+    0.32.0's lists; the same sdist with one changed oneDNN call takes none, and says why."""
+    fake_programs.add("patch", answer=lambda argv: (0, ""))
+    fixture = SDISTS / "vllm-0.34.0.tar.gz"
+    same = generate(Version("0.34.0"), fixture, "0" * 64, RECIPES)
+    shipped = load_recipe(RECIPES, "0.32.0")
+    assert sorted(_prunes(same.text)) == sorted((p.target, p.callers) for p in shipped.onednn_prune)
+    assert {callers for _, callers in _prunes(same.text)} == {
+        callers_digest(sdist_callers(fixture))
+    }
+    assert "the same oneDNN callers" in same.text
+
+    change = ("dnnl::memory::data_type::f32", "dnnl::memory::data_type::bf16")
+    other = _altered("0.34.0", "csrc/cpu/dnnl_kernels.cpp", change, tmp_path)
+    changed = generate(Version("0.34.0"), other, "0" * 64, RECIPES)
+    assert _prunes(changed.text) == []
+    said = [note for note in changed.notes if "prune list" in note]
+    assert len(said) == len(shipped.onednn_prune)
+    assert all("calls oneDNN from other code" in note for note in said)
