@@ -403,3 +403,44 @@ def test_collection_runs_pytest_in_as_venv_and_a_failed_one_stops_the_run(
     with pytest.raises(ProcessFailedError, match="could not collect the tests \\(exit 2\\)"):
         kt.collect(Path("python"), tmp_path, [ACT], log)
     assert "ERROR tests/kernels" in log.read_text()
+
+
+def _result(outcomes: dict[str, dict[str, Case]], ids: list[str]) -> kt.KernelTestResult:
+    return kt.KernelTestResult(
+        sides=tuple(Side(label=s, name=f"{s}.whl", python=Path("python")) for s in outcomes),
+        release="0.32.0",
+        sdist="vllm-0.32.0.tar.gz",
+        files=(ACT,),
+        sample=None,
+        chunk_size=50,
+        node_ids=tuple(ids),
+        outcomes=outcomes,
+        unfinished=(),
+        seconds=1.0,
+    )
+
+
+def test_one_wheel_passes_when_every_case_has_a_result_whatever_it_is() -> None:
+    ids = [f"{ACT}::a", f"{ACT}::b"]
+    assert _result({"A": {ids[0]: _case("failed"), ids[1]: _case("skipped")}}, ids).agree
+    lacking = _result({"A": {ids[0]: _case("passed"), ids[1]: MISSING}}, ids)
+    assert not lacking.agree and lacking.to_json()["missing"] == {"A": 1}
+
+
+def test_the_sdist_of_a_release_without_a_recipe_is_the_mirrors_with_a_warning(
+    tmp_path: Path, fake_recipes: Callable[..., Path], capsys
+) -> None:
+    from toolchain.compile.sources import release_sdist
+    from toolchain.errors import SourceError
+
+    known = _sdist(tmp_path / "known" / "vllm-0.1.0.tar.gz", {"vllm-0.1.0/tests/x.py": b""})
+    rest = '[build]\nrequires = []\nmemory_per_job_mib = 256\n[toolchain]\ncmake_min = "3.18"\n'
+    recipes = fake_recipes(tmp_path, sdist=known, python="3.11", rest=rest)
+    mirror = tmp_path / "mirror"
+    newer = _sdist(mirror / "vllm-0.2.0.tar.gz", {"vllm-0.2.0/tests/x.py": b""})
+    where = {"recipes_dir": recipes, "cache_root": tmp_path / "sdists", "mirror": mirror}
+    assert release_sdist("0.2.0", index_url="http://127.0.0.1:9/simple", **where) == newer
+    assert "no recipe records its sha256" in capsys.readouterr().out
+    (mirror / "vllm-0.1.0.tar.gz").write_bytes(b"not the release")
+    with pytest.raises(SourceError, match="the recipe expects"):
+        release_sdist("0.1.0", index_url="http://127.0.0.1:9/simple", **where)
