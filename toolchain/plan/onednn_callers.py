@@ -65,7 +65,8 @@ def sdist_callers(sdist: Path) -> dict[str, str]:
     try:
         with tarfile.open(sdist, "r:*") as tar:
             for member in tar:
-                inner = member.name.partition("/")[2]
+                # `./vllm-X/...` (tar run on `.`) is the same file as `vllm-X/...`
+                inner = member.name.removeprefix("./").partition("/")[2]
                 wanted = inner == CPU_EXTENSION or inner.startswith(SOURCES)
                 handle = tar.extractfile(member) if member.isfile() and wanted else None
                 if handle is not None:

@@ -89,3 +89,12 @@ def test_a_broken_sdist_is_a_source_error(tmp_path: Path) -> None:
     broken.write_bytes(b"not a tar")
     with pytest.raises(SourceError, match="is not a readable sdist"):
         sdist_callers(broken)
+
+
+def test_an_sdist_whose_members_start_with_dot_slash_gives_the_same_digest(
+    tmp_path: Path,
+) -> None:
+    plain = sdist_callers(_sdist(tmp_path / "a.tar.gz", "vllm-0.40.0", FILES))
+    dotted = sdist_callers(_sdist(tmp_path / "b.tar.gz", "./vllm-0.40.0", FILES))
+    assert dotted == plain
+    assert callers_digest(dotted) == callers_digest(FILES)
