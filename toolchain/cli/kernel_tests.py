@@ -32,6 +32,7 @@ def cmd_kernel_tests(args: argparse.Namespace) -> int:
         DEFAULT_FILES,
         KernelTestOptions,
         kernel_tests,
+        normalized_files,
         release_of,
     )
     from toolchain.verify.kernel_tests_report import render_counts
@@ -52,7 +53,7 @@ def cmd_kernel_tests(args: argparse.Namespace) -> int:
         work_dir=work_dir(values),
         wheels=wheels,
         sdist=sdist,
-        files=tuple(args.file) if args.file else DEFAULT_FILES,
+        files=normalized_files(args.file) if args.file else DEFAULT_FILES,
         sample=values["sample"],
         chunk_size=values["chunk"],
         sources=pip_sources(values),

@@ -15,7 +15,7 @@ import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 from packaging.version import InvalidVersion, Version
@@ -140,6 +140,21 @@ def parse_collected(stdout: str, files: Sequence[str]) -> dict[str, list[str]]:
         if "::" in line and file in found:
             found[file].append(line.strip())
     return found
+
+
+def normalized_files(given: Sequence[str]) -> tuple[str, ...]:
+    """--file paths as pytest names them in node ids (`./tests/x.py` -> `tests/x.py`), each
+    once: a path written otherwise would match none of the ids pytest collects for it."""
+    files = []
+    for file in given:
+        path = PurePosixPath(file)
+        if path.is_absolute() or ".." in path.parts:
+            raise UsageError(
+                f"--file {file}: not a path inside the sdist",
+                hint="give it relative to the sdist's top folder, such as tests/kernels/...",
+            )
+        files.append(path.as_posix())
+    return tuple(dict.fromkeys(files))
 
 
 def check_files(root: Path, files: Sequence[str]) -> None:

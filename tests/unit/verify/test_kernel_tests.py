@@ -223,6 +223,16 @@ def test_a_test_file_the_sdist_lacks_is_refused_naming_it(tmp_path: Path) -> Non
         kt.check_files(tmp_path, [ACT, "tests/kernels/test_cpu_attn.py"])
 
 
+def test_a_test_file_is_named_as_in_the_node_ids_pytest_prints(tmp_path: Path) -> None:
+    files = kt.normalized_files([f"./{ACT}", ATTN, f"{ACT}"])
+    assert files == (ACT, ATTN)
+    stdout = f"{ACT}::a[x]\n{ATTN}::c\n\n2 tests collected\n"
+    assert parse_collected(stdout, files) == {ACT: [f"{ACT}::a[x]"], ATTN: [f"{ATTN}::c"]}
+    for outside in ("/etc/passwd", "tests/../../x.py"):
+        with pytest.raises(UsageError, match="not a path inside the sdist"):
+            kt.normalized_files([outside])
+
+
 def test_the_release_is_metadatas_version_without_the_local_part(
     tmp_path: Path, make_wheel: Callable[..., Path]
 ) -> None:
