@@ -28,6 +28,12 @@ class Case:
 
 
 MISSING = Case(outcome="missing", message="no result: its pytest process wrote no XML for it")
+# its process wrote XML without it: pytest did not find it on this side (`not found`, exit 4,
+# runs nothing of the chunk) or stopped before it
+NOT_IN_XML = Case(
+    outcome="missing",
+    message="no result: not in its pytest process's XML (not found on this side? see its log)",
+)
 
 
 def junit_key(node_id: str) -> tuple[str, str]:
@@ -57,7 +63,7 @@ def case_of(element: ElementTree.Element) -> Case:
 
 
 def read_junit(xml: Path, node_ids: Iterable[str]) -> dict[str, Case] | None:
-    """The outcome of each of `node_ids` in `xml` (MISSING for one the XML lacks); None when
+    """The outcome of each of `node_ids` in `xml` (NOT_IN_XML for one the XML lacks); None when
     there is no readable XML (the process was killed before pytest wrote it)."""
     try:
         root = ElementTree.parse(xml).getroot()
@@ -66,4 +72,4 @@ def read_junit(xml: Path, node_ids: Iterable[str]) -> dict[str, Case] | None:
     found: dict[tuple[str, str], Case] = {}
     for element in root.iter("testcase"):
         found[(element.get("classname", ""), element.get("name", ""))] = case_of(element)
-    return {node_id: found.get(junit_key(node_id), MISSING) for node_id in node_ids}
+    return {node_id: found.get(junit_key(node_id), NOT_IN_XML) for node_id in node_ids}

@@ -75,6 +75,8 @@ def test_pytests_own_xml_reads_back_as_one_outcome_per_node_id() -> None:
         cases[f"{TOY}::test_error"].message == 'failed on setup with "RuntimeError: fixture broke'
     )
     assert cases[f"{TOY}::test_skip"].message == "needs AMX"
+    # the XML was written: the message must not say it was not
+    assert "not in its pytest process's XML" in cases[f"{TOY}::test_pass[2]"].message
 
 
 def test_a_node_id_maps_to_pytests_classname_and_name() -> None:
