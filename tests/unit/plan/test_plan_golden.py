@@ -11,9 +11,13 @@ from pathlib import Path
 
 import pytest
 
+import toolchain
 from toolchain.cli import main
 
 ROOT = Path(__file__).resolve().parents[3]
+# the package's own files (toolchain/data/*.cmake) live where it is installed: nox's session
+# installs it into its venv, not the checkout
+PACKAGE = Path(toolchain.__file__).resolve().parent
 FIXTURES = ROOT / "tests" / "fixtures"
 GOLDEN = FIXTURES / "plans"
 
@@ -121,7 +125,11 @@ def test_plan_json_is_unchanged(
     )
     out = capsys.readouterr().out
     assert code == 0, out
-    text = out.replace(str(tmp_path), "<tmp>").replace(str(ROOT), "<repo>")
+    text = (
+        out.replace(str(tmp_path), "<tmp>")
+        .replace(str(PACKAGE), "<repo>/toolchain")
+        .replace(str(ROOT), "<repo>")
+    )
     golden = GOLDEN / f"{case}.json"
     if os.environ.get("WRITE_GOLDEN_PLANS"):
         golden.write_text(text)
