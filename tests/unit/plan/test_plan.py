@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -311,6 +312,29 @@ def test_recipe_patches_are_planned_for_sdists_only(host_of: Callable[..., Host]
     assert any("not applied to a --source-dir tree" in w for w in checkout.warnings)
     arm = plan(host_of("arm-graviton3"), "0.34.0", sources=Path("/mirror"))
     assert [p.file.name for p in arm.patches] == ["vllm-cpu-acl-max-jobs.patch"]
+
+
+def test_a_source_tree_keeps_the_prune_list_only_with_the_sdists_onednn_callers(
+    host_of: Callable[..., Host], tmp_path: Path
+) -> None:
+    with tarfile.open(FIXTURES / "sdists" / "vllm-0.32.0.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    tree = tmp_path / "vllm-0.32.0"
+    same = plan(host_of("x86-zen4"), source_dir=tree, target="portable")
+    assert same.onednn_prune is not None
+    assert same.onednn_prune.file.name == "vllm-0.32.0-x86_64-portable.txt"
+    assert not any("oneDNN compiles whole" in w for w in same.warnings)
+    helper = tree / "csrc" / "cpu" / "dnnl_helper.h"
+    helper.write_text(helper.read_text() + "\n// calls one more oneDNN primitive\n")
+    changed = plan(host_of("x86-zen4"), source_dir=tree, target="portable")
+    assert changed.onednn_prune is None
+    assert "VCB_ONEDNN_SKIP" in same.env["CMAKE_ARGS"]
+    assert "VCB_ONEDNN_SKIP" not in changed.env.get("CMAKE_ARGS", "")
+    assert any(
+        f"oneDNN compiles whole: {tree} calls oneDNN otherwise than vLLM 0.32.0's sdist" in w
+        and "vllm-0.32.0-x86_64-portable.txt" in w
+        for w in changed.warnings
+    )
 
 
 def test_plan_json_has_the_promised_keys(host_of: Callable[..., Host]) -> None:
