@@ -171,8 +171,18 @@ def downloads(text: str, *, where: str) -> list[Download]:
     for call in calls:
         name, body = call.group(1), call.group(2)
         repo, tag = re.search(r"GIT_REPOSITORY\s+(\S+)", body), re.search(r"GIT_TAG\s+(\S+)", body)
-        if repo is None or tag is None:
+        url = re.search(r"\bURL\s+(\S+)", body)
+        if repo is None and tag is None and url is None:
             continue  # a local SOURCE_DIR, not a download
+        if repo is None or tag is None or url is not None or "${" in repo.group(1) + tag.group(1):
+            # a URL download, a git one without its tag, or one whose source is a variable:
+            # left out, the recipe would lack the source (or name another arch's) in silence
+            raise DataFileError(
+                f"{where}: downloads '{name}' in a way the generator does not read "
+                f"({' '.join(body.split())})",
+                hint="the generator reads FetchContent downloads with a literal GIT_REPOSITORY "
+                "and GIT_TAG; describe this release's sources by hand",
+            )
         if name not in KNOWN_DOWNLOADS:
             raise DataFileError(
                 f"{where}: downloads '{name}' ({repo.group(1)}), which the generator does not know",

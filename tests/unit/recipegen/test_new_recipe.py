@@ -140,6 +140,12 @@ def test_an_era_between_the_shipped_ones(tmp_path: Path) -> None:
         (("FetchContent_Declare(\n                oneDNN",
           "FetchContent_Declare(\n                xbyak"), "downloads 'xbyak'"),
         (("requires gcc/g++ >= 12.3", "requires a newer gcc"), "g++ minimum is unknown"),
+        # x86's oneDNN by URL: not the aarch64 commit for every architecture, in silence
+        (("GIT_REPOSITORY https://github.com/oneapi-src/oneDNN.git\n"
+          "                GIT_TAG        v3.13",
+          "URL https://github.com/oneapi-src/oneDNN/archive/refs/tags/v3.14.tar.gz"),
+         "downloads 'oneDNN' in a way the generator does not read (URL https://"),
+        (("GIT_TAG        v3.13", "GIT_TAG        ${ONEDNN_TAG}"), "GIT_TAG ${ONEDNN_TAG}"),
         (("check_sysctl(hw.optional.arm.FEAT_I8MM ARM_I8MM_FOUND)",
           "check_sysctl(hw.optional.arm.FEAT_I8MM ARM_I8MM_FOUND)\n"
           "    check_sysctl(hw.optional.arm.FEAT_SME ARM_SME_FOUND)"),
