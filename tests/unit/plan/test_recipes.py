@@ -197,3 +197,19 @@ def test_recipe_sdist_hash_matches_the_saved_pypi_page(version: str) -> None:
 def test_recipe_sdist_hash_matches_pypi(version: str) -> None:
     recipe = load_recipe(RECIPES, version)
     assert _sha256_of(project_files(PYPI_URL), recipe.sdist) == recipe.sha256
+
+
+def test_every_release_from_0_17_on_the_saved_pypi_page_has_a_recipe() -> None:
+    """Issue #32: a recipe for every vLLM release from 0.17.0 to the newest on PyPI. The tests
+    parametrized over the shipped recipes cannot notice a missing one; this one does."""
+    files = parse_project_page(
+        PYPI_PAGE.read_bytes(), "application/vnd.pypi.simple.v1+json", PYPI_URL
+    )
+    released = {
+        f.filename.removeprefix("vllm-").removesuffix(".tar.gz")
+        for f in files
+        if f.filename.startswith("vllm-") and f.filename.endswith(".tar.gz")
+    }
+    wanted = sorted((v for v in released if Version(v) >= Version("0.17.0")), key=Version)
+    assert wanted[-1] == "0.34.0"  # the newest on the saved page
+    assert [v for v in wanted if v not in known_versions(RECIPES)] == []
