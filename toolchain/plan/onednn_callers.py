@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from toolchain.errors import SourceError
@@ -88,3 +88,49 @@ def tree_callers(root: Path) -> dict[str, str]:
     kept = {*callers(files)}
     found = {path: text for path, text in files.items() if path in kept}
     return found | ({CPU_EXTENSION: cmake.read_text(errors="replace")} if cmake.is_file() else {})
+
+
+def without_patches(files: Mapping[str, str], patches: Iterable[bytes]) -> dict[str, str]:
+    """`files` (path -> text) with each hunk of these -p1 patches taken back out where a file has
+    it as the patch leaves it. A --source-dir tree with the recipe's patches applied by hand (as
+    the plan asks; a cross build needs them) is then the sdist the recipe's lists were learned
+    from, patched as build-wheel patches it."""
+    result = dict(files)
+    for patch in patches:
+        for path, old, new in _hunks(patch.decode(errors="replace")):
+            if path in result and new and new in result[path]:
+                result[path] = result[path].replace(new, old, 1)
+    return result
+
+
+HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+def _hunks(diff: str) -> Iterator[tuple[str, str, str]]:
+    """(path, old text, new text) of each hunk of a -p1 unified diff."""
+    path, lines = "", diff.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if line.startswith("+++ "):
+            path = line[4:].split("\t")[0].strip().partition("/")[2]
+            continue
+        header = HUNK.match(line)
+        if header is None or not path:
+            continue
+        want_old = int(header.group(1) or "1")
+        want_new = int(header.group(2) or "1")
+        old: list[str] = []
+        new: list[str] = []
+        while i < len(lines) and (len(old) < want_old or len(new) < want_new):
+            body, tag = lines[i][1:], lines[i][:1]
+            i += 1
+            if tag in (" ", ""):
+                old.append(body)
+                new.append(body)
+            elif tag == "-":
+                old.append(body)
+            elif tag == "+":
+                new.append(body)
+        yield path, "".join(f"{x}\n" for x in old), "".join(f"{x}\n" for x in new)

@@ -12,7 +12,7 @@ from toolchain.options import BuildOptions
 from toolchain.plan.cross import ACL_SWITCH, CrossPlan
 from toolchain.plan.cross import cmake_args as cross_cmake_args
 from toolchain.plan.jobs import JobSizing
-from toolchain.plan.onednn_callers import callers_digest, tree_callers
+from toolchain.plan.onednn_callers import callers_digest, tree_callers, without_patches
 from toolchain.plan.recipes import TIERS_SWITCHES, OnednnPrune, Patch, Recipe
 from toolchain.targets import ONEDNN_GEMM_ISAS, IsaModel, Target
 
@@ -104,22 +104,30 @@ def no_space(path: Path) -> Path:
 
 
 def onednn_prune(
-    recipe: Recipe, target: Target, source_dir: Path | None = None, warnings: list[str] | None = None
+    recipe: Recipe,
+    target: Target,
+    source_dir: Path | None = None,
+    warnings: list[str] | None = None,
+    patches: tuple[Patch, ...] = (),
 ) -> OnednnPrune | None:
     """The recipe's list of oneDNN units this target never links, if it has one. A --source-dir
     tree keeps it only if it calls oneDNN exactly as the release the list was learned from (its
-    `callers` digest): a changed caller may link a unit the list leaves out, and the link fails."""
+    `callers` digest), as it is or with the recipe's `patches` taken back out (the plan asks for
+    them to be applied by hand): a changed caller may link a unit the list leaves out, and the
+    link fails."""
     prune = next((p for p in recipe.onednn_prune if p.applies_to(target.name, target.arch)), None)
     if prune is None or source_dir is None or prune.callers is None:
         return prune
-    found = callers_digest(tree_callers(source_dir))
-    if found == prune.callers:
+    tree = tree_callers(source_dir)
+    found = callers_digest(tree)
+    unpatched = callers_digest(without_patches(tree, (p.content for p in patches)))
+    if prune.callers in (found, unpatched):
         return prune
     if warnings is not None:
         warnings.append(
             f"oneDNN compiles whole: {source_dir} calls oneDNN otherwise than vLLM "
-            f"{recipe.vllm}'s sdist (callers {found[:19]}..., the list {prune.file.name} was learned "
-            f"from {prune.callers[:19]}...)"
+            f"{recipe.vllm}'s sdist (callers {found[:19]}..., the list {prune.file.name} was "
+            f"learned from {prune.callers[:19]}...)"
         )
     return None
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
+import subprocess
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -335,6 +338,33 @@ def test_a_source_tree_keeps_the_prune_list_only_with_the_sdists_onednn_callers(
         and "vllm-0.32.0-x86_64-portable.txt" in w
         for w in changed.warnings
     )
+
+
+@pytest.mark.integration  # applies the recipe's cross patch with the real `patch`
+def test_a_source_tree_with_the_recipes_patches_applied_keeps_the_prune_list(
+    host_of: Callable[..., Host], tmp_path: Path
+) -> None:
+    """The plan asks for the recipe's patches to be applied to a --source-dir tree by hand, and
+    a cross build needs them (the tree must read VLLM_CPU_TARGET_MACHINE); the cross patch adds
+    a cmake line naming oneDNN. Such a tree is the sdist the neon list was learned from, patched
+    as build-wheel patches it: it keeps the list."""
+    with tarfile.open(FIXTURES / "sdists" / "vllm-0.32.0.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    tree = tmp_path / "vllm-0.32.0"
+    cross = RECIPES / "patches" / "vllm-0.32-cpu-arm-cross.patch"
+    patch = shutil.which("patch", path=os.defpath)  # PATH holds only this test's fakes
+    assert patch is not None
+    subprocess.check_call([patch, "-p1", "--forward", "--batch", "-s", "-i", cross], cwd=tree)
+    assert "VLLM_CPU_ARM_ACL" in (tree / "cmake" / "cpu_extension.cmake").read_text()
+    patched = plan(host_of("x86-zen4"), source_dir=tree, target="neon", arch="aarch64")
+    assert not any("oneDNN compiles whole" in w for w in patched.warnings)
+    assert patched.onednn_prune is not None
+    assert patched.onednn_prune.file.name == "vllm-0.32.0-aarch64-neon.txt"
+    helper = tree / "csrc" / "cpu" / "dnnl_helper.h"
+    helper.write_text(helper.read_text() + "\n// calls one more oneDNN primitive\n")
+    changed = plan(host_of("x86-zen4"), source_dir=tree, target="neon", arch="aarch64")
+    assert changed.onednn_prune is None
+    assert any("oneDNN compiles whole" in w for w in changed.warnings)
 
 
 def test_plan_json_has_the_promised_keys(host_of: Callable[..., Host]) -> None:
