@@ -35,13 +35,19 @@ def dry_run(patches: Iterable[Path], files: SdistFiles) -> list[DryRun]:
 
 
 def _failures(output: list[str]) -> tuple[str, ...]:
-    """patch's lines about what failed, each with the file it was checking."""
-    current, found = "", []
+    """patch's lines about what failed, each with the file it was checking. A file the tree
+    lacks has no `checking file` line: patch quotes the diff's header after saying so."""
+    current, found, missing = "", [], False
     for line in output:
         if line.startswith("checking file "):
             current = line.removeprefix("checking file ").strip()
+        elif missing and line.startswith(("|--- ", "|+++ ")):
+            current = line[5:].split("\t")[0].strip().partition("/")[2]  # -p1
+            found.append(f"{current}: {found.pop()}")
+            missing = False
         elif _is_failure(line):
-            found.append(f"{current}: {line.strip()}" if current else line.strip())
+            missing = "can't find file" in line
+            found.append(line.strip() if missing or not current else f"{current}: {line.strip()}")
     return tuple(found)
 
 

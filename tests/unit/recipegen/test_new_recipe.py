@@ -15,6 +15,7 @@ from toolchain.plan.onednn_callers import callers_digest, sdist_callers
 from toolchain.plan.recipes import load_recipe
 from toolchain.recipegen import facts
 from toolchain.recipegen.new_recipe import files_read, generate, shipped_patches
+from toolchain.recipegen.patch_check import dry_run
 from toolchain.recipegen.render import Section, render
 from toolchain.recipegen.sdist import (
     APPLE_DOCS,
@@ -187,6 +188,22 @@ def test_a_patch_that_does_not_apply_is_left_out_and_its_hunks_reported(
     assert "vllm-cpu-x86-tiers.patch: does NOT apply" in out
     assert "setup.py: Hunk #1 FAILED at 1583." in out
     assert all("--dry-run" in call for call in fake_programs.calls)
+
+
+@pytest.mark.integration
+def test_a_file_the_release_lacks_is_named_in_the_patchs_failures(tmp_path: Path) -> None:
+    """The real patch: a file it cannot find has no `checking file` line, so the failure is
+    named from the diff's header, not charged to the file checked before it."""
+    diff = tmp_path / "two-files.patch"
+    diff.write_text(
+        "--- a/setup.py\n+++ b/setup.py\n@@ -1 +1 @@\n-old\n+new\n"
+        "--- a/vllm/gone.py\n+++ b/vllm/gone.py\n@@ -1 +1 @@\n-old\n+new\n"
+    )
+    [result] = dry_run([diff], SdistFiles(name="vllm-9.9.9.tar.gz", files={"setup.py": "other\n"}))
+    assert not result.applies
+    assert result.failures[0] == "setup.py: Hunk #1 FAILED at 1."
+    assert any(f.startswith("vllm/gone.py: can't find file to patch") for f in result.failures)
+    assert not any(f.startswith("setup.py: can't find") for f in result.failures)
 
 
 def test_an_existing_recipe_is_kept_unless_forced(
