@@ -424,6 +424,19 @@ def test_bad_input_is_one_clear_error(
     assert "Traceback" not in err
 
 
+def test_build_wheel_for_a_release_without_a_recipe_names_the_command_that_makes_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, no_probe: None, fake_programs: object
+) -> None:
+    """Before it creates anything: no build folder, no wheel folder."""
+    work, wheels = tmp_path / "work", tmp_path / "wheels"
+    argv = ["build-wheel", "--vllm", "0.99.0", "--work-dir", str(work)]
+    assert main([*argv, "--wheel-dir", str(wheels)]) == 2
+    err = capsys.readouterr().err
+    assert "`python -m toolchain new-recipe --vllm 0.99.0` (nox -s" in err
+    assert "Traceback" not in err
+    assert not work.exists() and not wheels.exists()
+
+
 MACHINES = {
     "x86-zen4": ("--cpuinfo", str(FIXTURES / "cpuinfo" / "x86-zen4.txt"), *SAVED[2:]),
     "arm-graviton3": ("--cpuinfo", str(FIXTURES / "cpuinfo" / "arm-graviton3.txt"), *SAVED[2:]),
