@@ -37,7 +37,8 @@ def dry_run(patches: Iterable[Path], files: SdistFiles) -> list[DryRun]:
 def _failures(output: list[str]) -> tuple[str, ...]:
     """patch's lines about what failed, each with the file it was checking. A file the tree
     lacks has no `checking file` line: patch quotes the diff's header after saying so."""
-    current, found, missing = "", [], False
+    current, missing = "", False
+    found: list[str] = []
     for line in output:
         if line.startswith("checking file "):
             current = line.removeprefix("checking file ").strip()
