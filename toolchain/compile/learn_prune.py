@@ -11,7 +11,12 @@ from pathlib import Path
 
 from toolchain.compile.onednn_prune import Learned, learn, render_list, write_list
 from toolchain.errors import BuildError, UsageError
-from toolchain.plan.onednn_callers import callers_digest, sdist_callers, tree_callers
+from toolchain.plan.onednn_callers import (
+    callers_digest,
+    sdist_callers,
+    tree_callers,
+    without_patches,
+)
 from toolchain.plan.recipes import Recipe
 from toolchain.util.platform import machine_arch
 
@@ -111,15 +116,16 @@ def destination(request: PruneRequest, arch: str) -> Path:
     return request.recipes_dir / PRUNE_DIR / name
 
 
-def release_callers(request: PruneRequest, build_dir: Path) -> str:
-    """The oneDNN callers digest of what the build compiled: the release's sdist as build-wheel
-    cached it (its unpacked tree carries the recipe's patches), else the build's tree (a
-    --source-dir build)."""
+def release_callers(request: PruneRequest, build_dir: Path, arch: str) -> str:
+    """The oneDNN callers digest of the release the build compiled, as new-recipe and build-wheel
+    compute it: of its sdist as build-wheel cached it, else of the build's unpacked tree with the
+    recipe's patches (which build-wheel applied to it) taken back out."""
     recipe = request.recipe
     sdist = request.work_dir / "sdists" / recipe.sha256 / recipe.sdist
-    return callers_digest(
-        sdist_callers(sdist) if sdist.is_file() else tree_callers(build_dir / "src")
-    )
+    if sdist.is_file():
+        return callers_digest(sdist_callers(sdist))
+    patches = (p.content for p in recipe.patches if p.applies_to(arch))
+    return callers_digest(without_patches(tree_callers(build_dir / "src"), patches))
 
 
 def recipe_entry(
@@ -174,7 +180,7 @@ def learn_prune(request: PruneRequest) -> PruneOutcome:
         command=request.command(arch),
         day=datetime.datetime.now(datetime.UTC).date().isoformat(),
     )
-    callers = release_callers(request, build_dir)
+    callers = release_callers(request, build_dir, arch)
     write_list(path, text)
     entry = recipe_entry(request, arch, path, learned, callers)
     return PruneOutcome(path=path, learned=learned, arch=arch, callers=callers, entry=entry)

@@ -14,7 +14,7 @@ from toolchain.cli import main
 from toolchain.compile.ninja_file import read_builds
 from toolchain.compile.onednn_prune import archive_build, kernel_libraries, learn, link_command
 from toolchain.errors import BuildError
-from toolchain.plan.onednn_callers import callers_digest
+from toolchain.plan.onednn_callers import CPU_EXTENSION, _hunks, callers_digest
 from toolchain.plan.recipes import load_recipe
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "onednn-prune"
@@ -212,3 +212,28 @@ def test_what_cannot_be_learned_says_why(
     work = _work_dir(tmp_path, "neon", "aarch64")
     assert main(["learn-prune", "--vllm", "0.32.0", "--work-dir", str(work), *extra]) in (2, 10)
     assert message in capsys.readouterr().err
+
+
+def test_without_the_sdist_the_callers_are_the_trees_with_the_recipes_patches_taken_out(
+    tmp_path: Path, fake_programs: FakePrograms, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No sdist cached: the build's unpacked tree carries the recipe's patches (0.32.0's cross
+    patch changes oneDNN lines of cpu_extension.cmake), so its digest is taken with them taken
+    back out: the sdist's, as new-recipe and build-wheel compute it."""
+    _fake_link(fake_programs)
+    recipe = load_recipe(RECIPES, "0.32.0")
+    patch = next(p for p in recipe.patches if p.file.name == "vllm-0.32-cpu-arm-cross.patch")
+    hunks = [h for h in _hunks(patch.content.decode()) if h[0] == CPU_EXTENSION]
+    old, new = "".join(h[1] for h in hunks), "".join(h[2] for h in hunks)
+    unpatched = callers_digest({HELPER: HELPER_TEXT, CPU_EXTENSION: old})
+    assert callers_digest({HELPER: HELPER_TEXT, CPU_EXTENSION: new}) != unpatched
+    work = _work_dir(tmp_path, "bf16", "aarch64")
+    src = work / "builds" / "vllm-0.32.0-aarch64-bf16-cp311" / "src"
+    (src / HELPER).parent.mkdir(parents=True)
+    (src / HELPER).write_text(HELPER_TEXT)
+    (src / CPU_EXTENSION).parent.mkdir(parents=True)
+    (src / CPU_EXTENSION).write_text(new)
+    to = tmp_path / "list.txt"
+    argv = ["learn-prune", "--vllm", "0.32.0", "--target", "bf16", "--work-dir", str(work)]
+    assert main([*argv, "--to", str(to)]) == 0
+    assert f'callers = "{unpatched}"\n' in capsys.readouterr().out
