@@ -77,18 +77,17 @@ def cmd_learn_prune(args: argparse.Namespace) -> int:
     if not values["target"]:
         raise UsageError("learn-prune needs --target: the build to learn from")
     recipes_dir = Path(values["recipes"]) if values["recipes"] else default_recipes_dir()
-    outcome = learn_prune(
-        PruneRequest(
-            recipe=recipe_from_values(values),
-            recipes_dir=recipes_dir,
-            target=values["target"],
-            arch=values["arch"],
-            python=values["python"],
-            work_dir=work_dir(values),
-            libraries=tuple(args.library or ()),
-            to=args.to,
-        )
+    request = PruneRequest(
+        recipe=recipe_from_values(values),
+        recipes_dir=recipes_dir,
+        target=values["target"],
+        arch=values["arch"],
+        python=values["python"],
+        work_dir=work_dir(values),
+        libraries=tuple(args.library or ()),
+        to=args.to,
     )
+    outcome = learn_prune(request)
     learned = outcome.learned
     reporter.line(
         f"relinked {', '.join(learned.libraries)}: {len(learned.left_out)} of {learned.units} "
@@ -97,6 +96,12 @@ def cmd_learn_prune(args: argparse.Namespace) -> int:
     reporter.line(f"wrote {outcome.path}")
     if outcome.entry is None:
         reporter.line("the recipe's [[onednn_prune]] entry names this file: check its reason")
+    elif any(p.applies_to(values["target"], outcome.arch) for p in request.recipe.onednn_prune):
+        reporter.line(
+            f"put in place of the recipe's [[onednn_prune]] entry for {values['target']} on "
+            f"{outcome.arch} (vllm-{request.recipe.vllm}.toml):"
+        )
+        print(outcome.entry)
     else:
         reporter.line(f"add to the recipe (vllm-{values['vllm'] or 'VERSION'}.toml):")
         print(outcome.entry)

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain.compile.onednn_prune import Learned, learn, render_list, write_list
-from toolchain.errors import BuildError, UsageError
+from toolchain.errors import BuildError, ToolchainError, UsageError
 from toolchain.plan.onednn_callers import (
     callers_digest,
     sdist_callers,
     tree_callers,
     without_patches,
 )
-from toolchain.plan.recipes import Recipe
+from toolchain.plan.recipes import Recipe, load_recipe
 from toolchain.util.platform import machine_arch
 
 PRUNE_DIR = "onednn-prune"
@@ -107,13 +107,30 @@ def ninja_folder(build_dir: Path) -> Path:
 
 
 def destination(request: PruneRequest, arch: str) -> Path:
+    """--to, else the file the recipe names for this target, else vllm-V-ARCH-T.txt. A file the
+    recipe inherited (its measured release names it too, and so may every release between) is
+    that release's list: a build of this one gets its own file."""
     if request.to is not None:
         return request.to
-    for prune in request.recipe.onednn_prune:
-        if prune.applies_to(request.target, arch):
-            return prune.file
+    named = next(
+        (p.file for p in request.recipe.onednn_prune if p.applies_to(request.target, arch)), None
+    )
+    if named is not None and named not in inherited_lists(request, arch):
+        return named
     name = f"vllm-{request.recipe.vllm}-{arch}-{request.target}.txt"
     return request.recipes_dir / PRUNE_DIR / name
+
+
+def inherited_lists(request: PruneRequest, arch: str) -> set[Path]:
+    """The list files of this target that the recipe took from its measured release."""
+    measured = request.recipe.inherited_from
+    if measured is None or measured == request.recipe.vllm:
+        return set()
+    try:
+        other = load_recipe(request.recipes_dir, str(measured))
+    except ToolchainError:
+        return set()
+    return {p.file for p in other.onednn_prune if p.applies_to(request.target, arch)}
 
 
 def release_callers(request: PruneRequest, build_dir: Path, arch: str) -> str:

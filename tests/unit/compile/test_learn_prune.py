@@ -237,3 +237,27 @@ def test_without_the_sdist_the_callers_are_the_trees_with_the_recipes_patches_ta
     argv = ["learn-prune", "--vllm", "0.32.0", "--target", "bf16", "--work-dir", str(work)]
     assert main([*argv, "--to", str(to)]) == 0
     assert f'callers = "{unpatched}"\n' in capsys.readouterr().out
+
+
+def test_a_release_whose_list_is_inherited_gets_its_own_file(
+    tmp_path: Path, fake_programs: FakePrograms, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0.34.0 names 0.32.0's portable list (inherited_from): learning 0.34.0 writes its own
+    file and prints the entry to put in place of the inherited one; the file 0.30.0 to 0.33.0
+    name too stays as it was."""
+    _fake_link(fake_programs)
+    recipes = tmp_path / "recipes"
+    shutil.copytree(RECIPES, recipes)
+    shared = recipes / "onednn-prune" / "vllm-0.32.0-x86_64-portable.txt"
+    before = shared.read_text()
+    work = tmp_path / "work"
+    build = work / "builds" / "vllm-0.34.0-x86_64-portable-cp312"
+    _finished_build(build / "src" / "build" / "temp.linux-x86_64-cpython-312")
+    argv = ["learn-prune", "--vllm", "0.34.0", "--target", "portable", "--arch", "x86_64"]
+    assert main([*argv, "--work-dir", str(work), "--recipes", str(recipes)]) == 0
+    out = capsys.readouterr().out
+    assert shared.read_text() == before
+    own = recipes / "onednn-prune" / "vllm-0.34.0-x86_64-portable.txt"
+    assert "vLLM 0.34.0's `portable` build for x86_64" in own.read_text()
+    assert 'file = "onednn-prune/vllm-0.34.0-x86_64-portable.txt"\n' in out
+    assert "in place of" in out
