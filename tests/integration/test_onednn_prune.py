@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from toolchain.compile.onednn_prune import learn
-from toolchain.plan.switches import PRUNE_CMAKE
+from toolchain.plan.switches import FORGET, PRUNE_CMAKE
 
 pytestmark = [
     pytest.mark.compile,
@@ -82,3 +82,28 @@ def test_the_units_a_library_never_links_are_listed_and_left_out(tmp_path: Path)
     assert "lists 1 unit(s) this oneDNN does not build, e.g. 'dnnl_cpu gone.cpp'" in " ".join(
         stale.stderr.split()
     )
+
+
+def test_a_build_folder_planned_without_the_list_again_compiles_every_unit(
+    tmp_path: Path,
+) -> None:
+    """vLLM reconfigures a reused build folder on its CMakeCache.txt: a plan without a list (the
+    recipe dropped it, or an unpruned build to compare with) unsets what the earlier plan set."""
+    source = tmp_path / "src"
+    for name, text in PROJECT.items():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        (source / name).write_text(text)
+    listed = tmp_path / "skip.txt"
+    listed.write_text("dnnl_cpu unused.cpp\n")
+    build = tmp_path / "build"
+    prune = (f"-DCMAKE_PROJECT_oneDNN_INCLUDE={PRUNE_CMAKE}", f"-DVCB_ONEDNN_SKIP={listed}")
+    assert "left out 1 oneDNN units" in _configure(source, build, *FORGET, *prune).stdout
+    again = _configure(source, build, *FORGET)
+    assert again.returncode == 0, again.stderr
+    assert "left out" not in again.stdout
+    subprocess.run(["ninja", "-C", build], check=True, capture_output=True)
+    assert "unused.cpp.o" in _objects(build)
+    # without the unsetting, the cache keeps pruning
+    stale = tmp_path / "stale"
+    _configure(source, stale, *prune)
+    assert "left out 1 oneDNN units" in _configure(source, stale).stdout

@@ -20,6 +20,8 @@ from toolchain.targets import ONEDNN_GEMM_ISAS, IsaModel, Target
 NINJA_STATUS = "[%f/%t] "
 DATA = Path(str(resources.files("toolchain") / "data"))
 PRUNE_CMAKE, POOLS_CMAKE = DATA / "prune-onednn.cmake", DATA / "job-pools.cmake"
+# the cache entries the two include the toolkit passes set, unset first (cmake -U, in order)
+FORGET = ("-UCMAKE_PROJECT_INCLUDE", "-UCMAKE_PROJECT_oneDNN_INCLUDE", "-UVCB_*")
 ACL_NAME = "ComputeLibrary"
 
 
@@ -74,7 +76,9 @@ def cmake_args(
     Arm without ACL when the mirror has none), the oneDNN units it never links left out (the
     list as the recipe was loaded, written into the build folder by the compile step), and the
     units put into the job pools."""
-    args = [*cross_cmake_args(cross)] if cross else []
+    # vLLM's configure reuses the build folder's CMakeCache.txt: what an earlier plan of this
+    # folder set and this one does not (a prune list the recipe dropped, job pools) would stay
+    args = [*FORGET, *(cross_cmake_args(cross) if cross else [])]
     if acl is False:
         args.append(f"-D{ACL_SWITCH}=OFF")
     if target.onednn_isa not in (None, "ALL"):
@@ -90,7 +94,7 @@ def cmake_args(
         ]
     if jobs.pools:
         args += jobs.pool_cmake_args(no_space(POOLS_CMAKE))
-    return {"CMAKE_ARGS": " ".join(args)} if args else {}
+    return {"CMAKE_ARGS": " ".join(args)}
 
 
 def no_space(path: Path) -> Path:
