@@ -86,7 +86,7 @@ def test_an_unmeasured_release_keeps_flat_sizing(
     assert not load_recipe(RECIPES, "0.16.0").compile_memory
     unmeasured = plan(seed, "0.16.0")
     assert (unmeasured.max_jobs, unmeasured.jobs.pools) == (1, ())
-    assert "VCB_LIGHT" not in unmeasured.env.get("CMAKE_ARGS", "")
+    assert "-DVCB_LIGHT" not in unmeasured.env.get("CMAKE_ARGS", "")
 
 
 @pytest.mark.parametrize(

@@ -196,7 +196,7 @@ def test_a_prune_list_in_a_folder_with_a_space_is_refused(
     monkeypatch.setattr(switches_module, "PRUNE_CMAKE", Path("/opt/my tools/prune-onednn.cmake"))
     with pytest.raises(PlanError, match=r"has a space, which vLLM's setup\.py cannot pass"):
         plan(host_of("x86-zen4"), "0.32.0", target="avx2")
-    assert "CMAKE_PROJECT" not in plan(host_of("x86-zen4"), "0.32.0", target="avx512").env.get(
+    assert "-DCMAKE_PROJECT" not in plan(host_of("x86-zen4"), "0.32.0", target="avx512").env.get(
         "CMAKE_ARGS", ""
     )
 
