@@ -5,6 +5,7 @@ not name that file yet."""
 from __future__ import annotations
 
 import datetime
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,13 +147,18 @@ def release_callers(request: PruneRequest, build_dir: Path, arch: str) -> str:
 
 
 def recipe_entry(
-    request: PruneRequest, arch: str, path: Path, learned: Learned, callers: str
+    request: PruneRequest,
+    arch: str,
+    path: Path,
+    learned: Learned,
+    callers: str,
+    acl: bool | None = None,
 ) -> str | None:
     """The [[onednn_prune]] lines for this list, or None when the recipe names this file with
-    these callers."""
+    these callers (and, on aarch64, this use of the Arm Compute Library)."""
     for prune in request.recipe.onednn_prune:
-        same_file = prune.file.resolve() == path.resolve()
-        if prune.applies_to(request.target, arch) and same_file and prune.callers == callers:
+        recorded = (prune.file.resolve(), prune.callers, prune.acl)
+        if prune.applies_to(request.target, arch) and recorded == (path.resolve(), callers, acl):
             return None
     try:
         file = path.resolve().relative_to(request.recipes_dir.resolve()).as_posix()
@@ -168,6 +174,7 @@ def recipe_entry(
             f'arch = "{arch}"',
             f'file = "{file}"',
             f'callers = "{callers}"',
+            *([] if acl is None else [f"acl = {str(acl).lower()}"]),
             'reason = "oneDNN compiles every CPU source whatever ISA and primitives are enabled; '
             f'{libraries} {verb} {learned.kept} of its {learned.units} units"',
         ]
@@ -181,12 +188,26 @@ def _build_named(recipe: Recipe, target: str, arch: str) -> str:
     )
 
 
+def built_with_acl(folder: Path, arch: str) -> bool | None:
+    """aarch64: whether the build's oneDNN used the Arm Compute Library (vLLM's cmake sets
+    ONEDNN_AARCH64_USE_ACL), read from its CMakeCache.txt; None elsewhere or when not there."""
+    if arch != "aarch64":
+        return None
+    try:
+        cache = (folder / "CMakeCache.txt").read_text(errors="replace")
+    except OSError:
+        return None
+    match = re.search(r"^ONEDNN_AARCH64_USE_ACL:BOOL=(\S+)$", cache, re.MULTILINE)
+    return None if match is None else match.group(1).upper() in {"ON", "TRUE", "1", "YES"}
+
+
 def learn_prune(request: PruneRequest) -> PruneOutcome:
     arch = target_arch(request.recipe, request.target, request.arch)
     build_dir = finished_build(request, arch)
     venv_ninja = build_dir / "venv" / "bin" / "ninja"  # the ninja that wrote the build's logs
+    folder = ninja_folder(build_dir)
     learned = learn(
-        ninja_folder(build_dir),
+        folder,
         request.libraries,
         ninja=str(venv_ninja) if venv_ninja.is_file() else "ninja",
     )
@@ -199,5 +220,5 @@ def learn_prune(request: PruneRequest) -> PruneOutcome:
     )
     callers = release_callers(request, build_dir, arch)
     write_list(path, text)
-    entry = recipe_entry(request, arch, path, learned, callers)
+    entry = recipe_entry(request, arch, path, learned, callers, built_with_acl(folder, arch))
     return PruneOutcome(path=path, learned=learned, arch=arch, callers=callers, entry=entry)

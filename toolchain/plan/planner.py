@@ -126,7 +126,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
     third_party, deps_env, deps_warnings = third_party_sources(
         recipe, arch, options, paths.deps, acl
     )
-    prune = onednn_prune(recipe, target, options.source_dir, warnings, patches)
+    prune = onednn_prune(recipe, target, options.source_dir, warnings, patches, acl)
     env = {
         "VLLM_TARGET_DEVICE": "cpu",
         **jobs.env(),

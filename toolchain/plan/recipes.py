@@ -94,6 +94,9 @@ class OnednnPrune:
     # `sha256:HEX` of the oneDNN callers of the release it was learned from (plan/onednn_callers);
     # None: not recorded, so new-recipe hands it on to no other release
     callers: str | None = None
+    # aarch64: whether oneDNN was built with the Arm Compute Library when the list was learned
+    # (its acl_* units call others); None: not recorded
+    acl: bool | None = None
     content: bytes = field(default=b"", repr=False, compare=False)  # as read once, and hashed
 
     def applies_to(self, target: str, arch: str) -> bool:
@@ -202,7 +205,7 @@ RECIPE_KEYS = {
     "third_party": {"name", "arch", "repository", "ref", "commit", "archive", "tar_sha256", "env"},
     "drop_requirements": {"name", "reason"},
     "patches": {"file", "versions", "reason", "arch", "enables"},
-    "onednn_prune": {"target", "arch", "file", "reason", "callers"},
+    "onednn_prune": {"target", "arch", "file", "reason", "callers", "acl"},
     "compile_memory": {"what", "targets", "peak_mib", "pool", "arch"},
     "darwin": {"torch", "macos_min", "clang_min", "isa_model"},
 }  # fmt: skip
@@ -435,8 +438,20 @@ def _onednn_prune(
         reason=string(entry, "reason", where=where),
         arch=arch,
         callers=_callers(entry, where=where),
+        acl=_acl(entry, arch, where=where),
         content=content,
     )
+
+
+def _acl(entry: dict[str, Any], arch: str, *, where: str) -> bool | None:
+    acl = entry.get("acl")
+    if acl is not None and (not isinstance(acl, bool) or arch != "aarch64"):
+        raise DataFileError(
+            f"{where}: key 'acl' must be true or false, and only for an aarch64 list, "
+            f"got {acl!r} for {arch}",
+            hint="learn-prune prints it for an aarch64 build",
+        )
+    return acl
 
 
 def _callers(entry: dict[str, Any], *, where: str) -> str | None:

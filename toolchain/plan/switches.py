@@ -113,6 +113,7 @@ def onednn_prune(
     source_dir: Path | None = None,
     warnings: list[str] | None = None,
     patches: tuple[Patch, ...] = (),
+    acl: bool | None = None,
 ) -> OnednnPrune | None:
     """The recipe's list of oneDNN units this target never links, if it has one. A --source-dir
     tree keeps it only if it calls oneDNN exactly as the release the list was learned from (its
@@ -120,6 +121,14 @@ def onednn_prune(
     them to be applied by hand): a changed caller may link a unit the list leaves out, and the
     link fails."""
     prune = next((p for p in recipe.onednn_prune if p.applies_to(target.name, target.arch)), None)
+    if prune is not None and None not in (prune.acl, acl) and prune.acl != acl:
+        if warnings is not None:
+            learned, now = ("with", "without") if prune.acl else ("without", "with")
+            warnings.append(
+                f"oneDNN compiles whole: the list {prune.file.name} was learned {learned} the Arm "
+                f"Compute Library and this build is {now} it (other units link)"
+            )
+        return None
     if prune is None or source_dir is None or prune.callers is None:
         return prune
     tree = tree_callers(source_dir)

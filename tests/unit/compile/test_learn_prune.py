@@ -166,6 +166,8 @@ def test_learn_prune_writes_the_list_and_the_entry_that_loads(
     helper = work / "builds" / "vllm-0.32.0-aarch64-bf16-cp311" / "src" / HELPER
     helper.parent.mkdir(parents=True)
     helper.write_text(HELPER_TEXT)
+    cache = helper.parents[2] / "build" / "temp.linux-aarch64-cpython-311" / "CMakeCache.txt"
+    cache.write_text("ONEDNN_AARCH64_USE_ACL:BOOL=OFF\n")  # a build without ACL (as cross builds)
     argv = ["learn-prune", "--vllm", "0.32.0", "--target", "bf16", "--work-dir", str(work)]
     assert main([*argv, "--recipes", str(recipes)]) == 0
     out = capsys.readouterr().out
@@ -183,14 +185,14 @@ def test_learn_prune_writes_the_list_and_the_entry_that_loads(
     assert 'file = "onednn-prune/vllm-0.32.0-aarch64-bf16.txt"\n' in entry
     assert "link 6 of its 10 units" in entry
     # no sdist cached in this work folder: the oneDNN callers of the build's own tree
-    assert f'callers = "{callers_digest({HELPER: HELPER_TEXT})}"\n' in entry
+    assert f'callers = "{callers_digest({HELPER: HELPER_TEXT})}"\nacl = false\n' in entry
     recipe_file = recipes / "vllm-0.32.0.toml"
     recipe_file.write_text(recipe_file.read_text() + "\n" + entry)
     recipe = load_recipe(recipes, "0.32.0")
     bf16 = recipe.isa_models["aarch64"].targets["bf16"]
-    assert [(p.target, p.arch, p.units) for p in recipe.onednn_prune if p.target == bf16.name] == [
-        ("bf16", "aarch64", 4)
-    ]
+    assert [
+        (p.target, p.arch, p.units, p.acl) for p in recipe.onednn_prune if p.target == bf16.name
+    ] == [("bf16", "aarch64", 4, False)]
 
     assert main([*argv, "--recipes", str(recipes)]) == 0  # again: the recipe names it now
     again = capsys.readouterr().out

@@ -356,15 +356,34 @@ def test_a_source_tree_with_the_recipes_patches_applied_keeps_the_prune_list(
     assert patch is not None
     subprocess.check_call([patch, "-p1", "--forward", "--batch", "-s", "-i", cross], cwd=tree)
     assert "VLLM_CPU_ARM_ACL" in (tree / "cmake" / "cpu_extension.cmake").read_text()
-    patched = plan(host_of("x86-zen4"), source_dir=tree, target="neon", arch="aarch64")
+    # a mirror without ACL's archive: the neon list was learned without ACL
+    options = {"source_dir": tree, "target": "neon", "arch": "aarch64", "sources": tmp_path}
+    patched = plan(host_of("x86-zen4"), **options)
     assert not any("oneDNN compiles whole" in w for w in patched.warnings)
     assert patched.onednn_prune is not None
     assert patched.onednn_prune.file.name == "vllm-0.32.0-aarch64-neon.txt"
     helper = tree / "csrc" / "cpu" / "dnnl_helper.h"
     helper.write_text(helper.read_text() + "\n// calls one more oneDNN primitive\n")
-    changed = plan(host_of("x86-zen4"), source_dir=tree, target="neon", arch="aarch64")
+    changed = plan(host_of("x86-zen4"), **options)
     assert changed.onednn_prune is None
     assert any("oneDNN compiles whole" in w for w in changed.warnings)
+
+
+def test_an_arm_list_learned_without_acl_is_not_applied_to_a_build_with_it(
+    host_of: Callable[..., Host], tmp_path: Path
+) -> None:
+    without = plan(host_of("arm-graviton2"), target="neon", sources=tmp_path)  # no ACL archive
+    assert without.arm_acl is False
+    assert without.onednn_prune is not None and without.onednn_prune.acl is False
+    assert "-DVCB_ONEDNN_SKIP=" in without.env["CMAKE_ARGS"]
+    with_acl = plan(host_of("arm-graviton2"), target="neon")  # cmake downloads ACL
+    assert with_acl.arm_acl is True and with_acl.onednn_prune is None
+    assert "-DVCB_ONEDNN_SKIP=" not in with_acl.env["CMAKE_ARGS"]
+    assert any(
+        "oneDNN compiles whole: the list vllm-0.32.0-aarch64-neon.txt was learned without the "
+        "Arm Compute Library and this build is with it" in w
+        for w in with_acl.warnings
+    )
 
 
 def test_plan_json_has_the_promised_keys(host_of: Callable[..., Host]) -> None:
