@@ -141,4 +141,12 @@ def configure_parser(commands: Any) -> None:
         "RECIPES/onednn-prune/vllm-VERSION-ARCH-TARGET.txt)",
     )
     add_setting_flags(learn, "learn-prune")
+    # the shared flags' help speaks of a build to plan; here they name a finished one
+    helps = {
+        "target": "the target of the finished build to learn from (required) [VCB_TARGET]",
+        "python": "its Python version, when the work folder holds builds for several "
+        "(default: the one build there) [VCB_PYTHON]",
+    }
+    for action in learn._actions:
+        action.help = helps.get(action.dest, action.help)
     learn.set_defaults(handler=cmd_learn_prune)
