@@ -234,6 +234,8 @@ def parse_recipe(data: dict[str, Any], *, path: Path, models: Mapping[str, IsaMo
     except InvalidSpecifier as exc:
         raise DataFileError(f"{where} [python]: key 'requires' is not a version range") from exc
     torch_pins = {arch: string(torch, arch, where=f"{where} [torch]") for arch in SUPPORTED_ARCHES}
+    for arch, pin in torch_pins.items():  # pinned with == (a range is not a pin)
+        _version(pin, where=f"{where} [torch]: key '{arch}'")
     memory_mib = build.get("memory_per_job_mib")
     if not isinstance(memory_mib, int) or isinstance(memory_mib, bool) or memory_mib <= 0:
         raise DataFileError(f"{where} [build]: key 'memory_per_job_mib' must be a positive integer")
@@ -314,7 +316,9 @@ def _darwin(data: Any, models: Mapping[str, IsaModel], *, where: str) -> DarwinR
     floors = {key: string(data, key, where=where) for key in ("macos_min", "clang_min")}
     for key, value in floors.items():
         _version(value, where=f"{where}: key '{key}'")
-    return DarwinRecipe(torch=string(data, "torch", where=where), isa_model=model, **floors)
+    torch = string(data, "torch", where=where)
+    _version(torch, where=f"{where}: key 'torch'")
+    return DarwinRecipe(torch=torch, isa_model=model, **floors)
 
 
 def _array(data: dict[str, Any], key: str, where: str) -> list[dict[str, Any]]:

@@ -26,6 +26,8 @@ from toolchain.util.units import GIB
 RECIPES = Path(__file__).resolve().parents[3] / "recipes"
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 PY311 = "/opt/python3.11"
+# tarfile's extraction filters came with Python 3.11.4; Debian 12's python3 is 3.11.2
+SAFE_EXTRACT = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
 
 
 @pytest.fixture
@@ -321,7 +323,7 @@ def test_a_source_tree_keeps_the_prune_list_only_with_the_sdists_onednn_callers(
     host_of: Callable[..., Host], tmp_path: Path
 ) -> None:
     with tarfile.open(FIXTURES / "sdists" / "vllm-0.32.0.tar.gz") as tar:
-        tar.extractall(tmp_path, filter="data")
+        tar.extractall(tmp_path, **SAFE_EXTRACT)
     tree = tmp_path / "vllm-0.32.0"
     same = plan(host_of("x86-zen4"), source_dir=tree, target="portable")
     assert same.onednn_prune is not None
@@ -349,7 +351,7 @@ def test_a_source_tree_with_the_recipes_patches_applied_keeps_the_prune_list(
     a cmake line naming oneDNN. Such a tree is the sdist the neon list was learned from, patched
     as build-wheel patches it: it keeps the list."""
     with tarfile.open(FIXTURES / "sdists" / "vllm-0.32.0.tar.gz") as tar:
-        tar.extractall(tmp_path, filter="data")
+        tar.extractall(tmp_path, **SAFE_EXTRACT)
     tree = tmp_path / "vllm-0.32.0"
     cross = RECIPES / "patches" / "vllm-0.32-cpu-arm-cross.patch"
     patch = shutil.which("patch", path=os.defpath)  # PATH holds only this test's fakes

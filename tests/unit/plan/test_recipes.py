@@ -78,6 +78,7 @@ def _broken_copy(tmp_path: Path, old: str, new: str) -> Path:
         ("memory_per_job_mib = 3830", "memory_per_job_mib = -1", "key 'memory_per_job_mib'"),
         ('vllm = "0.32.0"', 'vllm = "0.33.0"', "key 'vllm' says 0.33.0"),
         ("[torch]", "[torch", "not valid TOML"),
+        ('x86_64 = "2.13.0+cpu"', 'x86_64 = "!2.13.0+cpu"', "[torch]: key 'x86_64': '!2.13.0"),
         (
             'arch = "x86_64"\nrepository',
             'arch = "sparc"\nrepository',
