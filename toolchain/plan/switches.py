@@ -119,7 +119,8 @@ def onednn_prune(
     tree keeps it only if it calls oneDNN exactly as the release the list was learned from (its
     `callers` digest), as it is or with the recipe's `patches` taken back out (the plan asks for
     them to be applied by hand): a changed caller may link a unit the list leaves out, and the
-    link fails."""
+    link fails. Nor does an aarch64 build whose use of the Arm Compute Library differs from the
+    list's build (`acl`): ACL's units call others."""
     prune = next((p for p in recipe.onednn_prune if p.applies_to(target.name, target.arch)), None)
     if prune is not None and None not in (prune.acl, acl) and prune.acl != acl:
         if warnings is not None:
