@@ -237,6 +237,16 @@ SETTINGS = (
         default_text="Release",
     ),
     Setting(
+        name="precompiled_headers",
+        commands=BUILD,
+        kind=bool,
+        default=False,
+        help="compile torch's headers once per vLLM kernel library, not in each of its units: "
+        "about 400 fewer CPU-seconds for a portable build, but kernels whose code is not "
+        "byte for byte the same (docs/benchmarks.md); never with --dist-scheduler",
+        default_text="in each unit",
+    ),
+    Setting(
         name="allow_cuda_torch",
         commands=BUILD,
         kind=bool,

@@ -1,14 +1,25 @@
-"""What the tests of the recipe patches' Python hunks share: the patched text of a file, a
-`vllm` package of real tier libraries, which of them the process has loaded, and vLLM's logger."""
+"""What the integration tests share: the marks of a test that configures and builds a tiny CMake
+project; for the recipe patches' Python hunks, the patched text of a file, a `vllm` package of
+real tier libraries, which of them the process has loaded, and vLLM's logger."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+# a tiny CMake project configured and built with the real tools
+CMAKE_PROJECT_MARKS = [
+    pytest.mark.compile,
+    pytest.mark.skipif(
+        not all(shutil.which(tool) for tool in ("cmake", "ninja", "g++")),
+        reason="needs cmake, ninja and g++",
+    ),
+]
 
 
 def new_side(patch: Path, path: str) -> list[str]:

@@ -250,6 +250,24 @@ def test_debug_info_goes_into_a_separate_archive(
     assert mode & 0o444 == 0o444, "the stripped library stays readable by everyone"
 
 
+@pytest.mark.integration
+@pytest.mark.skipif(
+    shutil.which("g++") is None or not Path("/usr/include/numa.h").is_file(),
+    reason="needs g++ and libnuma-dev (.ci/run installs them)",
+)
+def test_precompiled_headers_the_cmake_never_took_are_said_and_not_recorded(
+    fake_release: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The fake release's top project is not vllm_extensions: kernel-pch.cmake never runs."""
+    assert main(_build_args(fake_release, "--jobs", "1", "--precompiled-headers")) == 0
+    out = capsys.readouterr().out
+    assert "torch's headers were not precompiled for _C, _C_AVX512, _C_AVX2" in out
+    assert "never read kernel-pch.cmake" in out
+    (wheel,) = fake_release["wheels"].glob("*.whl")
+    sidecar = json.loads((wheel.parent / f"{wheel.name}.manifest.json").read_text())
+    assert sidecar["precompiled_headers"] == []
+
+
 def test_missing_mirror_file_stops_before_compiling(
     no_probe: None,
     fake_release: dict[str, Path],

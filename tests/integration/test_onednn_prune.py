@@ -4,22 +4,14 @@ kernel library links."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
+from tests.integration.conftest import CMAKE_PROJECT_MARKS
 from toolchain.compile.onednn_prune import learn
 from toolchain.plan.switches import FORGET, PRUNE_CMAKE
 
-pytestmark = [
-    pytest.mark.compile,
-    pytest.mark.skipif(
-        not all(shutil.which(tool) for tool in ("cmake", "ninja", "g++")),
-        reason="needs cmake, ninja and g++",
-    ),
-]
+pytestmark = CMAKE_PROJECT_MARKS
 
 PROJECT = {
     "CMakeLists.txt": "cmake_minimum_required(VERSION 3.20)\nproject(kernels CXX)\n"

@@ -75,6 +75,7 @@ def manifest(build: BuildRun, wheel_name: str) -> dict[str, Any]:
         "kernel_tiers": list(plan.kernel_tiers),
         "onednn_isa": plan.onednn_isa,
         "onednn_prune": plan.onednn_prune and plan.onednn_prune.record(),
+        "precompiled_headers": list(build.facts.precompiled_headers),
         "debug_info": (
             {"file": debug.name, "sha256": sha256_file(debug), "size_bytes": debug.stat().st_size}
             if (debug := build.facts.debug_archive)

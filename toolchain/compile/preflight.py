@@ -222,12 +222,15 @@ def patchelf_too_old(patchelf: str) -> str:
 
 
 def learned_build_tree_bytes(plan: BuildPlan) -> tuple[int, str] | None:
-    """The largest build tree an earlier build of this release recorded, and its manifest."""
+    """The largest build tree an earlier build of this release recorded, and its manifest; only
+    one built with precompiled headers as this one is (they add 0.7 GB per kernel library)."""
     seen = []
     for path in plan.paths.wheel_dir.glob(f"vllm-{plan.wheel_version}-*.whl.manifest.json"):
         try:
-            seen.append((int(load_json(path)["build_tree_bytes"]), path.name))
-        except (DataFileError, KeyError, TypeError, ValueError):
+            record = load_json(path)
+            if bool(record.get("precompiled_headers")) == bool(plan.precompiled_headers):
+                seen.append((int(record["build_tree_bytes"]), path.name))
+        except (DataFileError, KeyError, TypeError, ValueError, AttributeError):
             continue  # an older manifest, without the figure
     return max(seen, default=None)
 

@@ -106,8 +106,11 @@ def ci_group(header: str) -> Iterator[None]:
         folding.end(header)
 
 
-def learned_cpu_per_unit(wheel_dir: Path, vllm_version: str, target: str) -> float | None:
-    """CPU-seconds per compile unit of the newest earlier build of this vLLM and target."""
+def learned_cpu_per_unit(
+    wheel_dir: Path, vllm_version: str, target: str, precompiled: bool = False
+) -> float | None:
+    """CPU-seconds per compile unit of the newest earlier build of this vLLM and target, with
+    or without precompiled headers as this one."""
     best: tuple[str, float] | None = None
     for path in wheel_dir.glob("*.manifest.json"):
         try:
@@ -115,11 +118,22 @@ def learned_cpu_per_unit(wheel_dir: Path, vllm_version: str, target: str) -> flo
 
             compiled = record["compile"]
             per_unit = float(compiled["cpu_seconds"]) / int(compiled["steps"])
-            key = (record["vllm_version"], record["target_isa"])
+            key = (
+                record["vllm_version"],
+                record["target_isa"],
+                bool(record.get("precompiled_headers")),
+            )
             created = str(record["created"])
-        except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, DataFileError):
+        except (
+            OSError, ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError,
+            DataFileError,
+        ):  # fmt: skip
             continue  # a manifest without the figures teaches nothing
-        if key == (vllm_version, target) and per_unit > 0 and (best is None or created > best[0]):
+        if (
+            key == (vllm_version, target, precompiled)
+            and per_unit > 0
+            and (best is None or created > best[0])
+        ):
             best = (created, per_unit)
     return best[1] if best else None
 

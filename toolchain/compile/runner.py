@@ -32,6 +32,7 @@ class BuildFacts:
     cache: dict[str, Any] | None = None  # the shared compile cache: where, used, hits, misses
     cross: dict[str, Any] | None = None  # a cross build: compiler and sysroot as provisioned
     target_torch: dict[str, Any] | None = None  # a cross build: the torch wheel it built against
+    precompiled_headers: tuple[str, ...] = ()  # the libraries the configure said it precompiled
 
     @property
     def cache_used(self) -> bool:

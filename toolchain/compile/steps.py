@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import sys
 import time
@@ -376,7 +377,10 @@ def compile_step(build: BuildRun) -> None:
             servers=[sccache(plan)] if build.facts.cache_used else [],
             eta=EtaBasis(
                 cpu_per_unit=learned_cpu_per_unit(
-                    plan.paths.wheel_dir, plan.vllm_version, plan.target_isa
+                    plan.paths.wheel_dir,
+                    plan.vllm_version,
+                    plan.target_isa,
+                    bool(plan.precompiled_headers),
                 ),
                 jobs=plan.max_jobs,
             ),
@@ -394,6 +398,28 @@ def compile_step(build: BuildRun) -> None:
             "not honour VLLM_VERSION_OVERRIDE"
         )
     build.facts.built_wheel = wheels[0]
+    if plan.precompiled_headers:
+        _check_precompiled(build)
+
+
+# kernel-pch.cmake's status line (vLLM's cmake output goes into the build log)
+PRECOMPILED_LINE = re.compile(r"vllm-cpu-builder: <torch/all\.h> precompiled for ([\w,]*)")
+
+
+def _check_precompiled(build: BuildRun) -> None:
+    """The manifest names the libraries whose headers were precompiled, as the last configure
+    said, not as asked: vLLM's CMake may not have taken the file at all (a top project not
+    named vllm_extensions) or may lack a listed library."""
+    found = PRECOMPILED_LINE.findall(build.log.read_text(errors="replace"))
+    done = tuple(name for name in found[-1].split(",") if name) if found else ()
+    build.facts.precompiled_headers = done
+    missing = [name for name in build.plan.precompiled_headers if name not in done]
+    if missing:
+        reporter.warning(
+            f"torch's headers were not precompiled for {', '.join(missing)}: "
+            + ("vLLM's CMake never read kernel-pch.cmake (is its top project vllm_extensions?)"
+               if not found else "vLLM's CMake defines no such library")
+        )  # fmt: skip
 
 
 def repair(build: BuildRun) -> None:

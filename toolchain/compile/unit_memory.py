@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 # the processes that hold a unit's memory: the compiler proper and the linker
 MEASURED = frozenset({"cc1plus", "cc1", "lto1", "ld", "collect2"})
-OUTPUTS = (".o", ".so", ".a")
+OUTPUTS = (".o", ".so", ".a", ".gch")  # .gch: a kernel library's precompiled header
 TARGET_DIR = re.compile(r"CMakeFiles/([^/]+)\.dir/(.+)$")
 
 

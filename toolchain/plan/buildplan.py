@@ -164,6 +164,7 @@ class BuildPlan:
     kernel_tiers: tuple[str, ...]  # empty: the era's one _C
     onednn_isa: str | None
     onednn_prune: OnednnPrune | None  # oneDNN units left out: the target never links them
+    precompiled_headers: tuple[str, ...]  # the kernel libraries that compile torch's once
     build_type: str
     expected: ExpectedCost | None
     wheel_version: str

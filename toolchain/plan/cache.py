@@ -4,6 +4,7 @@ ccache as its fallback, and the build servers of an sccache-dist scheduler."""
 from __future__ import annotations
 
 import hashlib
+import os
 import tempfile
 from pathlib import Path
 
@@ -15,8 +16,14 @@ from toolchain.util.units import MIB
 
 
 def cache_env(
-    host: Host, options: BuildOptions, build_dir: Path, warnings: list[str]
+    host: Host,
+    options: BuildOptions,
+    build_dir: Path,
+    warnings: list[str],
+    precompiled: bool = False,
 ) -> dict[str, str]:
+    """The launcher's settings; `precompiled`: units include a precompiled header, which ccache
+    caches only when told to be sloppy about it (measured: otherwise none of them)."""
     names = {tool.name for tool in host.build_tools}
     if options.cache is not None:
         # The pinned sccache in the build venv (on the compile's PATH): vLLM's setup.py takes
@@ -36,7 +43,7 @@ def cache_env(
             # the client's private config (the scheduler, its token), written by start-cache
             **({"SCCACHE_CONF": str(_private_tmp(build_dir, ".toml"))} if options.dist else {}),
         }
-        fallback = _ccache_env(options, build_dir) if "ccache" in names else {}
+        fallback = _ccache_env(options, build_dir, precompiled) if "ccache" in names else {}
         return {**fallback, **shared}
     # ccache runs each compiler as its child, so the compile's CPU-seconds, per-unit memory and
     # memory guard see it; a local sccache runs them in its own server, outside the build's
@@ -44,7 +51,7 @@ def cache_env(
     # vLLM's setup.py takes sccache whenever the compile's PATH has one, unless told not to:
     # the build venv (first on that PATH) keeps the sccache a --cache build installed into it.
     if "ccache" in names:
-        return {**LAUNCHER_CCACHE, **NO_SCCACHE, **_ccache_env(options, build_dir)}
+        return {**LAUNCHER_CCACHE, **NO_SCCACHE, **_ccache_env(options, build_dir, precompiled)}
     if "sccache" in names:
         warnings.append(
             "sccache compiles in its own server, outside the build's processes: the compile's "
@@ -57,8 +64,18 @@ def cache_env(
     return dict(NO_SCCACHE)
 
 
+PCH_SLOPPINESS = {"CCACHE_SLOPPINESS": "pch_defines,time_macros"}
 LAUNCHER_CCACHE = {"CMAKE_C_COMPILER_LAUNCHER": "ccache", "CMAKE_CXX_COMPILER_LAUNCHER": "ccache"}
 NO_SCCACHE = {"VLLM_DISABLE_SCCACHE": "1"}
+
+
+def _pch_sloppiness() -> dict[str, str]:
+    """A precompiled header defines no macros ccache could see, and its build time is in it:
+    ccache must not mind either. Added to the user's own CCACHE_SLOPPINESS (the variable
+    replaces a `sloppiness` line of ccache.conf)."""
+    own = [value for value in os.environ.get("CCACHE_SLOPPINESS", "").split(",") if value]
+    needed = PCH_SLOPPINESS["CCACHE_SLOPPINESS"].split(",")
+    return {"CCACHE_SLOPPINESS": ",".join(dict.fromkeys([*own, *needed]))}
 
 
 def _private_tmp(build_dir: Path, suffix: str) -> Path:
@@ -87,10 +104,11 @@ def dist_plan(options: BuildOptions, warnings: list[str]) -> DistPlan | None:
     )
 
 
-def _ccache_env(options: BuildOptions, build_dir: Path) -> dict[str, str]:
+def _ccache_env(options: BuildOptions, build_dir: Path, precompiled: bool) -> dict[str, str]:
     # Hits across build folders and rebuilt venvs: paths relative to the build folder, the
     # compiler judged by its content, not its mtime.
     return {
+        **(_pch_sloppiness() if precompiled else {}),
         "CCACHE_DIR": str(options.work_dir / "ccache"),
         "CCACHE_BASEDIR": str(build_dir),
         "CCACHE_NOHASHDIR": "true",

@@ -66,6 +66,7 @@ def plan_darwin(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         kernel_tiers=(),
         onednn_isa=None,
         onednn_prune=None,
+        precompiled_headers=(),
         build_type=options.build_type,
         expected=None,
         wheel_version=wheel_version,
@@ -100,6 +101,9 @@ def _ignored(options: BuildOptions) -> list[str]:
         "--cache and --dist-scheduler (no compile cache is planned on a Mac yet)": options.cache
         or options.dist,
         "--allow-cuda-torch (torch on macOS has no CUDA)": options.allow_cuda_torch,
+        "--precompiled-headers (not planned on a Mac yet)": options.get(
+            "precompiled_headers", bool
+        ),
     }
     return [f"{what} is ignored for a macOS plan" for what, given in named.items() if given]
 

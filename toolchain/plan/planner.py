@@ -25,6 +25,7 @@ from toolchain.plan.switches import (
     cmake_args,
     kernel_env,
     onednn_prune,
+    precompiled_libraries,
     require_switch,
 )
 from toolchain.plan.target import choose_target, runs_on, target_arch
@@ -127,13 +128,14 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         recipe, arch, options, paths.deps, acl
     )
     prune = onednn_prune(recipe, target, options.source_dir, warnings, patches, acl)
+    precompiled = precompiled_libraries(target, options, warnings)
     env = {
         "VLLM_TARGET_DEVICE": "cpu",
         **jobs.env(),
         "CMAKE_BUILD_TYPE": options.build_type,
         **target.env,
         **kernel_env(recipe, recipe.isa_models[arch], target, patches, options),
-        **cmake_args(target, prune, jobs, paths.recipe_files, cross_plan, acl),
+        **cmake_args(target, prune, jobs, paths.recipe_files, cross_plan, acl, precompiled),
         "CC": compiler.cc,
         "CXX": compiler.cxx,
         **(cross_env(cross_plan) if cross_plan else {}),
@@ -142,7 +144,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         # silently hide it.
         "NINJA_STATUS": NINJA_STATUS,
         **deps_env,
-        **cache_env(host, options, build_dir, warnings),
+        **cache_env(host, options, build_dir, warnings, bool(precompiled)),
     }
     pinned = recipe.torch[host.build_arch if cross else arch]  # the build venv's torch
     # Accepting a CUDA torch means accepting any build of the pinned version (PyPI's has no +cpu).
@@ -165,8 +167,11 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         kernel_tiers=target.kernel_tiers,
         onednn_isa=target.onednn_isa,
         onednn_prune=prune,
+        precompiled_headers=precompiled,
         build_type=options.build_type,
-        expected=_expected_cost(options.wheel_dir, wheel_version, options.build_type),
+        expected=_expected_cost(
+            options.wheel_dir, wheel_version, options.build_type, bool(precompiled)
+        ),
         wheel_version=wheel_version,
         python=PythonChoice(
             version=py_version, interpreter=py_path, requires=str(recipe.python_requires)
@@ -218,9 +223,12 @@ def _target_note(
     )
 
 
-def _expected_cost(wheel_dir: Path, wheel_version: str, build_type: str) -> ExpectedCost | None:
-    """What an earlier build of the same release, target and build type cost, from the
-    manifests in the wheel folder: the costliest one, so the plan never promises too little."""
+def _expected_cost(
+    wheel_dir: Path, wheel_version: str, build_type: str, precompiled: bool
+) -> ExpectedCost | None:
+    """What an earlier build of the same release, target and build type, with or without
+    precompiled headers as this one, cost, from the manifests in the wheel folder: the costliest
+    one, so the plan never promises too little."""
     seen = []
     for path in wheel_dir.glob(f"vllm-{wheel_version}-*.whl.manifest.json"):
         try:
@@ -228,8 +236,9 @@ def _expected_cost(wheel_dir: Path, wheel_version: str, build_type: str) -> Expe
             cpu = float(record["compile"]["cpu_seconds"])
             wall = float(record["compile"]["seconds"])
             built_as = record["env"].get("CMAKE_BUILD_TYPE", "RelWithDebInfo")
-        except (DataFileError, ValueError, KeyError, TypeError):
+            headers = bool(record.get("precompiled_headers"))
+        except (DataFileError, ValueError, KeyError, TypeError, AttributeError):
             continue  # an older manifest without the figures, or not one of ours
-        if built_as == build_type:
+        if (built_as, headers) == (build_type, precompiled):
             seen.append(ExpectedCost(cpu_seconds=cpu, wall_seconds=wall, manifest=path.name))
     return max(seen, key=lambda e: e.cpu_seconds, default=None)

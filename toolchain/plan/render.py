@@ -104,4 +104,9 @@ def _kernels(plan: BuildPlan) -> str:
         onednn = "no oneDNN"
     if plan.onednn_prune is not None:
         onednn += f" without the {plan.onednn_prune.units} units it never links"
-    return f"{tiers}; {onednn}; vLLM's kernels built {plan.build_type}"
+    pch = (
+        f", torch's headers precompiled once for {', '.join(plan.precompiled_headers)}"
+        if plan.precompiled_headers
+        else ""
+    )
+    return f"{tiers}; {onednn}; vLLM's kernels built {plan.build_type}{pch}"

@@ -144,6 +144,11 @@ def test_the_newest_earlier_build_of_the_same_release_and_target_teaches_the_cpu
     (tmp_path / "broken.whl.manifest.json").write_text("{not json")
     assert learned_cpu_per_unit(tmp_path, "0.32.0", "avx2") == 12.0
     assert learned_cpu_per_unit(tmp_path, "0.16.0", "avx2") is None
+    # a build with precompiled headers teaches only another such build
+    _manifest(tmp_path, "pch", created="2026-12-07T00:00:00", precompiled_headers=["_C_AVX2"],
+              compile={"cpu_seconds": 900.0, "steps": 100})  # fmt: skip
+    assert learned_cpu_per_unit(tmp_path, "0.32.0", "avx2") == 12.0
+    assert learned_cpu_per_unit(tmp_path, "0.32.0", "avx2", precompiled=True) == 9.0
 
 
 def test_the_step_summary_is_a_table_in_github_actions(

@@ -34,12 +34,17 @@ def test_a_compiler_is_charged_to_its_drivers_object(tmp_path: Path) -> None:
     _fake_proc(tmp_path, 20, ["g++", "-c", "a.cpp", "-o", "CMakeFiles/_C.dir/csrc/a.cpp.o"], 1)
     _fake_proc(tmp_path, 21, ["cc1plus", "a.cpp", "-o", "/tmp/ccY.s"], 3000 * 1024)
     _fake_proc(tmp_path, 30, ["/usr/bin/ld", "-shared", "-o", "_C.abi3.so"], 700 * 1024)
+    pch = "CMakeFiles/_C.dir/cmake_pch.hxx.gch"
+    _fake_proc(tmp_path, 40, ["g++", "-x", "c++-header", "-o", pch, "-c", "cmake_pch.hxx.cxx"], 1)
+    _fake_proc(tmp_path, 41, ["cc1plus", "-o", "/tmp/ccZ.s", f"--output-pch={pch}"], 900 * 1024)
     tree = [
         _process(10, 1, "g++"),
         _process(11, 10, "cc1plus"),
         _process(20, 1, "g++"),
         _process(21, 20, "cc1plus"),
         _process(30, 1, "ld"),
+        _process(40, 1, "g++"),
+        _process(41, 40, "cc1plus"),
     ]
     memory = UnitMemory()
     memory.sample(tree, proc=tmp_path)
@@ -50,10 +55,11 @@ def test_a_compiler_is_charged_to_its_drivers_object(tmp_path: Path) -> None:
         "dnnl_cpu.dir/rnn/ref_rnn.cpp.o": 400 * MIB,
         "_C.dir/csrc/a.cpp.o": 3500 * MIB,
         "_C.abi3.so": 700 * MIB,
+        "_C.dir/cmake_pch.hxx.gch": 900 * MIB,
     }
     record = memory.record(heaviest=1)
     assert record["by_target"] == {
-        "_C": {"units": 1, "peak_mib": 3500},
+        "_C": {"units": 2, "peak_mib": 3500},
         "dnnl_cpu": {"units": 1, "peak_mib": 400},
     }
     assert record["heaviest_units_mib"] == {"_C.dir/csrc/a.cpp.o": 3500}

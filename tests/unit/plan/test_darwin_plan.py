@@ -172,10 +172,14 @@ def test_every_shipped_recipe_pins_the_torch_its_sdist_names_for_darwin() -> Non
 def test_settings_a_mac_plan_cannot_use_are_said_to_be_ignored(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["--vllm", "0.32.0", "--cxx", "g++-14", "--allow-cuda-torch"]
+    argv = ["--vllm", "0.32.0", "--cxx", "g++-14", "--allow-cuda-torch", "--precompiled-headers"]
     assert main([*plan(tmp_path, M2, argv), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["compiler"]["cxx"] == "/usr/bin/clang++"
     ignored = [w for w in data["warnings"] if "is ignored for a macOS plan" in w]
-    assert [w.split(" (")[0] for w in ignored] == ["--cxx / CXX", "--allow-cuda-torch"]
+    assert [w.split(" (")[0] for w in ignored] == [
+        "--cxx / CXX",
+        "--allow-cuda-torch",
+        "--precompiled-headers",
+    ]
     assert data["torch"]["requirement"] == "torch==2.13.0"

@@ -20,6 +20,8 @@ from toolchain.util.units import MIB
 
 from .test_plan import host_of, plan  # noqa: F401  (host_of is a fixture)
 
+precompiled_headers = {**BuildOptions().settings, "precompiled_headers": True}
+
 
 @pytest.fixture
 def scheduler(
@@ -59,6 +61,10 @@ def test_jobs_count_the_build_servers_cpus_and_preprocessing_memory(
     assert result.jobs.memory_per_job_bytes == 256 * MIB
     assert result.max_jobs == 16 and result.jobs.limited_by == "memory"
     assert result.jobs.pools == (), "a job here preprocesses: no heavy units here"
+    # the units compile there: a header precompiled here would be work here for nothing
+    asked = plan(seed, dist=parse_dist_scheduler(url), settings=precompiled_headers)
+    assert asked.precompiled_headers == ()
+    assert any("--precompiled-headers is ignored" in w for w in asked.warnings)
     text = render_plan(result)
     assert f"distributed compiles: {url}, 2 build server(s) with 32 CPUs" in text
     # a big machine: the CPUs here and there

