@@ -16,7 +16,7 @@ from toolchain.plan.recipes import load_recipe
 from toolchain.plan.render import render_plan
 from toolchain.plan.switches import FORGET, PRUNE_CMAKE
 
-from .test_plan import RECIPES, SAVED, _run, host_of, plan  # noqa: F401  (host_of is a fixture)
+from .test_plan import PRECOMPILED_HEADERS, RECIPES, SAVED, _run, host_of, plan  # noqa: F401  (host_of is a fixture)
 
 TIERS_PATCH = "vllm-cpu-x86-tiers.patch"
 ALL_TIERS = ("_C", "_C_AVX512", "_C_AVX2")
@@ -179,8 +179,9 @@ def test_the_plan_expects_what_the_last_build_of_the_same_wheel_cost(
     (wheels / f"{stem.replace('cp311', 'cp310')}.manifest.json").write_text("{not json")
     expected = plan(host_of("x86-zen4"), target="avx2", wheel_dir=wheels).expected
     assert expected is not None and expected.cpu_seconds == 2600.0
-    asked = {**BuildOptions().settings, "precompiled_headers": True}
-    with_pch = plan(host_of("x86-zen4"), target="avx2", wheel_dir=wheels, settings=asked)
+    with_pch = plan(
+        host_of("x86-zen4"), target="avx2", wheel_dir=wheels, settings=PRECOMPILED_HEADERS
+    )
     assert with_pch.expected is not None and with_pch.expected.manifest.startswith(pch)
     assert "cp312" in expected.manifest
     rendered = render_plan(plan(host_of("x86-zen4"), target="avx2", wheel_dir=wheels))

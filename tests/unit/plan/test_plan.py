@@ -30,6 +30,8 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 PY311 = "/opt/python3.11"
 # tarfile's extraction filters came with Python 3.11.4; Debian 12's python3 is 3.11.2
 SAFE_EXTRACT = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+# the build settings with --precompiled-headers given
+PRECOMPILED_HEADERS = {**BuildOptions().settings, "precompiled_headers": True}
 
 
 @pytest.fixture
@@ -280,15 +282,14 @@ def test_kernel_libraries_compile_torchs_headers_once_when_asked(
     assert "-DCMAKE_PROJECT_vllm_extensions_INCLUDE" not in default.env["CMAKE_ARGS"]
     assert "VCB_PCH_TARGETS" not in default.env["CMAKE_ARGS"]
     assert "CCACHE_SLOPPINESS" not in default.env and default.precompiled_headers == ()
-    asked = {**BuildOptions().settings, "precompiled_headers": True}
-    portable = plan(zen4, target="portable", settings=asked)
+    portable = plan(zen4, target="portable", settings=PRECOMPILED_HEADERS)
     args = portable.env["CMAKE_ARGS"].split()
     assert f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={PCH_CMAKE}" in args
     assert "-DVCB_PCH_TARGETS=_C,_C_AVX512,_C_AVX2" in args
     # ccache caches no unit that includes a precompiled header without it
     assert portable.env["CCACHE_SLOPPINESS"] == "pch_defines,time_macros"
     assert "torch's headers precompiled once for _C, _C_AVX512, _C_AVX2" in render_plan(portable)
-    era = plan(zen4, "0.16.0", settings=asked)  # one _C
+    era = plan(zen4, "0.16.0", settings=PRECOMPILED_HEADERS)  # one _C
     assert "-DVCB_PCH_TARGETS=_C" in era.env["CMAKE_ARGS"].split()
 
 
@@ -296,8 +297,7 @@ def test_the_users_own_ccache_sloppiness_is_kept(
     host_of: Callable[..., Host], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CCACHE_SLOPPINESS", "include_file_mtime,time_macros")
-    asked = {**BuildOptions().settings, "precompiled_headers": True}
-    result = plan(host_of("x86-zen4"), target="portable", settings=asked)
+    result = plan(host_of("x86-zen4"), target="portable", settings=PRECOMPILED_HEADERS)
     assert result.env["CCACHE_SLOPPINESS"] == "include_file_mtime,time_macros,pch_defines"
 
 
