@@ -28,7 +28,7 @@ from toolchain.detect.tools import tool_version
 from toolchain.errors import DataFileError, NotReadyError, SourceError, UsageError
 from toolchain.options import BuildOptions
 from toolchain.plan.buildplan import BuildPlan, Dependency
-from toolchain.util.datafile import load_json
+from toolchain.plan.earlier import earlier_builds
 from toolchain.util.files import sha256_file, tar_sha256
 from toolchain.util.net import github_reachable, reachable
 from toolchain.util.run import INSTALL_HINTS, own_scripts_first
@@ -222,16 +222,15 @@ def patchelf_too_old(patchelf: str) -> str:
 
 
 def learned_build_tree_bytes(plan: BuildPlan) -> tuple[int, str] | None:
-    """The largest build tree an earlier build of this release recorded, and its manifest; only
-    one built with precompiled headers as this one is (they add 0.7 GB per kernel library)."""
-    seen = []
-    for path in plan.paths.wheel_dir.glob(f"vllm-{plan.wheel_version}-*.whl.manifest.json"):
-        try:
-            record = load_json(path)
-            if bool(record.get("precompiled_headers")) == bool(plan.precompiled_headers):
-                seen.append((int(record["build_tree_bytes"]), path.name))
-        except (DataFileError, KeyError, TypeError, ValueError, AttributeError):
-            continue  # an older manifest, without the figure
+    """The largest build tree an earlier build like this one recorded (plan/earlier.py), and
+    its manifest."""
+    like = earlier_builds(
+        plan.paths.wheel_dir,
+        plan.wheel_version,
+        build_type=plan.build_type,
+        precompiled=bool(plan.precompiled_headers),
+    )
+    seen = [(int(size), b.manifest) for b in like if (size := b.figure("build_tree_bytes"))]
     return max(seen, default=None)
 
 

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolchain.errors import DataFileError
-from toolchain.util.datafile import parse_json
+from toolchain.plan.earlier import earlier_builds
 from toolchain.util.report import duration, reporter
 
 PHASES = ("configure", "oneDNN", "kernels", "link", "repair")
@@ -107,34 +106,17 @@ def ci_group(header: str) -> Iterator[None]:
 
 
 def learned_cpu_per_unit(
-    wheel_dir: Path, vllm_version: str, target: str, precompiled: bool = False
+    wheel_dir: Path, wheel_version: str, *, build_type: str, precompiled: bool
 ) -> float | None:
-    """CPU-seconds per compile unit of the newest earlier build of this vLLM and target, with
-    or without precompiled headers as this one."""
+    """CPU-seconds per compile unit of the newest earlier build like this one (plan/earlier.py)."""
     best: tuple[str, float] | None = None
-    for path in wheel_dir.glob("*.manifest.json"):
-        try:
-            record = parse_json(path.read_text(), where=str(path))
-
-            compiled = record["compile"]
-            per_unit = float(compiled["cpu_seconds"]) / int(compiled["steps"])
-            key = (
-                record["vllm_version"],
-                record["target_isa"],
-                bool(record.get("precompiled_headers")),
-            )
-            created = str(record["created"])
-        except (
-            OSError, ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError,
-            DataFileError,
-        ):  # fmt: skip
-            continue  # a manifest without the figures teaches nothing
-        if (
-            key == (vllm_version, target, precompiled)
-            and per_unit > 0
-            and (best is None or created > best[0])
-        ):
-            best = (created, per_unit)
+    for build in earlier_builds(
+        wheel_dir, wheel_version, build_type=build_type, precompiled=precompiled
+    ):
+        cpu, steps = build.figure("compile", "cpu_seconds"), build.figure("compile", "steps")
+        created = str(build.record.get("created", ""))
+        if cpu and steps and cpu > 0 and steps > 0 and (best is None or created > best[0]):
+            best = (created, cpu / steps)
     return best[1] if best else None
 
 

@@ -378,9 +378,9 @@ def compile_step(build: BuildRun) -> None:
             eta=EtaBasis(
                 cpu_per_unit=learned_cpu_per_unit(
                     plan.paths.wheel_dir,
-                    plan.vllm_version,
-                    plan.target_isa,
-                    bool(plan.precompiled_headers),
+                    plan.wheel_version,
+                    build_type=plan.build_type,
+                    precompiled=bool(plan.precompiled_headers),
                 ),
                 jobs=plan.max_jobs,
             ),

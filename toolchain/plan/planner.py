@@ -8,13 +8,14 @@ from pathlib import Path
 from packaging.version import Version
 
 from toolchain.detect.host import Host
-from toolchain.errors import DataFileError, PlanError
+from toolchain.errors import PlanError
 from toolchain.options import BuildOptions
 from toolchain.plan.buildplan import BuildPlan, ExpectedCost, Paths, PythonChoice, TorchPin
 from toolchain.plan.cache import cache_env, dist_plan
 from toolchain.plan.compiler import choose_compiler, cross_compiler
 from toolchain.plan.cross import TARGET_MACHINE_SWITCH, cross_env, plan_cross
 from toolchain.plan.darwin import plan_darwin
+from toolchain.plan.earlier import earlier_builds
 from toolchain.plan.jobs import build_jobs
 from toolchain.plan.recipes import Recipe
 from toolchain.plan.sources import patch_warnings, plan_source, third_party_sources
@@ -30,7 +31,6 @@ from toolchain.plan.switches import (
 )
 from toolchain.plan.target import choose_target, runs_on, target_arch
 from toolchain.targets import IsaModel, Target
-from toolchain.util.datafile import load_json
 
 
 def choose_python(recipe: Recipe, host: Host, wanted: str | None) -> tuple[str, str]:
@@ -226,19 +226,13 @@ def _target_note(
 def _expected_cost(
     wheel_dir: Path, wheel_version: str, build_type: str, precompiled: bool
 ) -> ExpectedCost | None:
-    """What an earlier build of the same release, target and build type, with or without
-    precompiled headers as this one, cost, from the manifests in the wheel folder: the costliest
-    one, so the plan never promises too little."""
+    """What the costliest earlier build like this one cost (plan/earlier.py), so the plan never
+    promises too little."""
     seen = []
-    for path in wheel_dir.glob(f"vllm-{wheel_version}-*.whl.manifest.json"):
-        try:
-            record = load_json(path)
-            cpu = float(record["compile"]["cpu_seconds"])
-            wall = float(record["compile"]["seconds"])
-            built_as = record["env"].get("CMAKE_BUILD_TYPE", "RelWithDebInfo")
-            headers = bool(record.get("precompiled_headers"))
-        except (DataFileError, ValueError, KeyError, TypeError, AttributeError):
-            continue  # an older manifest without the figures, or not one of ours
-        if (built_as, headers) == (build_type, precompiled):
-            seen.append(ExpectedCost(cpu_seconds=cpu, wall_seconds=wall, manifest=path.name))
+    for build in earlier_builds(
+        wheel_dir, wheel_version, build_type=build_type, precompiled=precompiled
+    ):
+        cpu, wall = build.figure("compile", "cpu_seconds"), build.figure("compile", "seconds")
+        if cpu is not None and wall is not None:
+            seen.append(ExpectedCost(cpu_seconds=cpu, wall_seconds=wall, manifest=build.manifest))
     return max(seen, key=lambda e: e.cpu_seconds, default=None)

@@ -127,28 +127,38 @@ def test_the_eta_comes_from_learned_cpu_seconds_else_from_the_pace_so_far() -> N
     assert counter(3, 0, None) == "3/?"
 
 
-def _manifest(folder: Path, name: str, **fields: object) -> None:
-    record = {"vllm_version": "0.32.0", "target_isa": "avx2", "created": "2026-12-01T00:00:00",
+AVX2 = "0.32.0+cpu.avx2"
+
+
+def _manifest(folder: Path, name: str, version: str = AVX2, **fields: object) -> None:
+    record = {"created": "2026-12-01T00:00:00", "build_type": "Release",
               "compile": {"cpu_seconds": 1000.0, "steps": 100}} | fields  # fmt: skip
-    (folder / f"{name}.whl.manifest.json").write_text(json.dumps(record))
+    (folder / f"vllm-{version}-{name}.whl.manifest.json").write_text(json.dumps(record))
 
 
-def test_the_newest_earlier_build_of_the_same_release_and_target_teaches_the_cpu_seconds(
-    tmp_path: Path,
-) -> None:
+def _learned(
+    folder: Path, version: str = AVX2, *, build_type: str = "Release", precompiled: bool = False
+) -> float | None:
+    return learned_cpu_per_unit(folder, version, build_type=build_type, precompiled=precompiled)
+
+
+def test_the_newest_earlier_build_like_this_one_teaches_the_cpu_seconds(tmp_path: Path) -> None:
     _manifest(tmp_path, "old")
     _manifest(tmp_path, "new", created="2026-12-04T00:00:00", compile={"cpu_seconds": 1200.0,
               "steps": 100})  # fmt: skip
-    _manifest(tmp_path, "other-target", created="2026-12-05T00:00:00", target_isa="portable")
+    _manifest(tmp_path, "other-target", "0.32.0+cpu.portable", created="2026-12-05T00:00:00")
     _manifest(tmp_path, "no-figures", created="2026-12-06T00:00:00", compile=None)
-    (tmp_path / "broken.whl.manifest.json").write_text("{not json")
-    assert learned_cpu_per_unit(tmp_path, "0.32.0", "avx2") == 12.0
-    assert learned_cpu_per_unit(tmp_path, "0.16.0", "avx2") is None
-    # a build with precompiled headers teaches only another such build
+    (tmp_path / f"vllm-{AVX2}-broken.whl.manifest.json").write_text("{not json")
+    assert _learned(tmp_path) == 12.0
+    assert _learned(tmp_path, "0.16.0+cpu.avx2") is None
+    # a build with precompiled headers teaches only another such build, a build type only its own
     _manifest(tmp_path, "pch", created="2026-12-07T00:00:00", precompiled_headers=["_C_AVX2"],
               compile={"cpu_seconds": 900.0, "steps": 100})  # fmt: skip
-    assert learned_cpu_per_unit(tmp_path, "0.32.0", "avx2") == 12.0
-    assert learned_cpu_per_unit(tmp_path, "0.32.0", "avx2", precompiled=True) == 9.0
+    _manifest(tmp_path, "debug-info", created="2026-12-08T00:00:00", build_type="RelWithDebInfo",
+              compile={"cpu_seconds": 2000.0, "steps": 100})  # fmt: skip
+    assert _learned(tmp_path) == 12.0
+    assert _learned(tmp_path, precompiled=True) == 9.0
+    assert _learned(tmp_path, build_type="RelWithDebInfo") == 20.0
 
 
 def test_the_step_summary_is_a_table_in_github_actions(
