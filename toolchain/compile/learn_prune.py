@@ -5,12 +5,17 @@ not name that file yet."""
 from __future__ import annotations
 
 import datetime
-import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolchain.compile.onednn_prune import Learned, learn, render_list, write_list
+from toolchain.compile.onednn_prune import (
+    Learned,
+    cmake_cache_entry,
+    learn,
+    render_list,
+    write_list,
+)
 from toolchain.errors import BuildError, ToolchainError, UsageError
 from toolchain.plan.onednn_callers import (
     callers_digest,
@@ -194,11 +199,10 @@ def built_with_acl(folder: Path, arch: str) -> bool | None:
     if arch != "aarch64":
         return None
     try:
-        cache = (folder / "CMakeCache.txt").read_text(errors="replace")
+        value = cmake_cache_entry(folder, "ONEDNN_AARCH64_USE_ACL")
     except OSError:
         return None
-    match = re.search(r"^ONEDNN_AARCH64_USE_ACL:BOOL=(\S+)$", cache, re.MULTILINE)
-    return None if match is None else match.group(1).upper() in {"ON", "TRUE", "1", "YES"}
+    return None if value is None else value.upper() in {"ON", "TRUE", "1", "YES"}
 
 
 def learn_prune(request: PruneRequest) -> PruneOutcome:

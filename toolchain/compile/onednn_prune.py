@@ -139,19 +139,28 @@ def relink_with_map(build_temp: Path, library: str, *, ninja: str = "ninja") -> 
         return link_map.read_text(errors="replace")
 
 
+def cmake_cache_entry(folder: Path, name: str) -> str | None:
+    """The value of `name` in the folder's CMakeCache.txt; None when the folder has no cache or
+    the cache no such entry (OSError when it cannot be read)."""
+    cache = folder / "CMakeCache.txt"
+    if not cache.is_file():
+        return None
+    text = cache.read_text(errors="replace")
+    found = re.search(rf"^{re.escape(name)}:[A-Z]+=(.*)$", text, re.MULTILINE)
+    return found[1].strip() if found else None
+
+
 def listed_before(build_temp: Path) -> list[str]:
     """The units the build left out by its own list (VCB_ONEDNN_SKIP in its CMake cache): they
     were never compiled, and the libraries linked without them."""
-    cache = build_temp / "CMakeCache.txt"
-    text = cache.read_text(errors="replace") if cache.is_file() else ""
-    found = re.search(r"^VCB_ONEDNN_SKIP:[A-Z]+=(.+)$", text, re.MULTILINE)
-    if found is None:
+    named = cmake_cache_entry(build_temp, "VCB_ONEDNN_SKIP")
+    if not named:
         return []
-    listing = Path(found[1].strip())
+    listing = Path(named)
     if not listing.is_file():
         raise BuildError(
-            f"{cache} names the prune list {listing}, which is gone: the units that build left "
-            "out cannot be known",
+            f"{build_temp / 'CMakeCache.txt'} names the prune list {listing}, which is gone: the "
+            "units that build left out cannot be known",
             hint="build the target again (build-wheel), then learn from that build",
         )
     lines = listing.read_text(errors="replace").splitlines()
