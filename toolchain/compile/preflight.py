@@ -227,10 +227,12 @@ def learned_build_tree_bytes(plan: BuildPlan) -> tuple[int, str] | None:
     like = earlier_builds(
         plan.paths.wheel_dir,
         plan.wheel_version,
+        arch=plan.arch,
         build_type=plan.build_type,
         precompiled=bool(plan.precompiled_headers),
     )
-    seen = [(int(size), b.manifest) for b in like if (size := b.figure("build_tree_bytes"))]
+    sizes = [(b.figure("build_tree_bytes"), b.manifest) for b in like]
+    seen = [(int(size), name) for size, name in sizes if size is not None and size > 0]
     return max(seen, default=None)
 
 

@@ -106,17 +106,16 @@ def ci_group(header: str) -> Iterator[None]:
 
 
 def learned_cpu_per_unit(
-    wheel_dir: Path, wheel_version: str, *, build_type: str, precompiled: bool
+    wheel_dir: Path, wheel_version: str, *, arch: str, build_type: str, precompiled: bool
 ) -> float | None:
     """CPU-seconds per compile unit of the newest earlier build like this one (plan/earlier.py)."""
     best: tuple[str, float] | None = None
     for build in earlier_builds(
-        wheel_dir, wheel_version, build_type=build_type, precompiled=precompiled
+        wheel_dir, wheel_version, arch=arch, build_type=build_type, precompiled=precompiled
     ):
         cpu, steps = build.figure("compile", "cpu_seconds"), build.figure("compile", "steps")
-        created = str(build.record.get("created", ""))
-        if cpu and steps and cpu > 0 and steps > 0 and (best is None or created > best[0]):
-            best = (created, cpu / steps)
+        if cpu and steps and cpu > 0 and steps > 0 and (best is None or build.created > best[0]):
+            best = (build.created, cpu / steps)
     return best[1] if best else None
 
 

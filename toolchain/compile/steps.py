@@ -379,6 +379,7 @@ def compile_step(build: BuildRun) -> None:
                 cpu_per_unit=learned_cpu_per_unit(
                     plan.paths.wheel_dir,
                     plan.wheel_version,
+                    arch=plan.arch,
                     build_type=plan.build_type,
                     precompiled=bool(plan.precompiled_headers),
                 ),

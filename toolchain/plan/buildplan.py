@@ -131,7 +131,8 @@ class DistPlan:
 
 @dataclass(frozen=True, kw_only=True)
 class ExpectedCost:
-    """The compile of an earlier build of the same wheel version and build type (its manifest)."""
+    """The compile of the costliest earlier build like this one (plan/earlier.py), and its
+    manifest."""
 
     cpu_seconds: float
     wall_seconds: float

@@ -1,13 +1,17 @@
 """Earlier builds like this one, from the manifests in the wheel folder.
 
 The plan's expected cost, the preflight's disk need and the compile's ETA are each learned from
-them, and only from builds of the same wheel version (release and target), build type and
-precompiled-header setting: a `RelWithDebInfo` tree is about twice a `Release` one, and a build
-with precompiled headers is cheaper but holds three 0.7 GB headers more (docs/benchmarks.md).
+them, and only from builds of the same wheel version (release and target), target architecture,
+build type and precompiled-header setting: a `RelWithDebInfo` tree is about twice a `Release`
+one, a build with precompiled headers is cheaper but holds three 0.7 GB headers more
+(docs/benchmarks.md), and `portable` names an x86 and an Arm target. A manifest that names no
+build type (none that records these figures) or is unreadable is passed over. Not told apart yet:
+a macOS and a Linux aarch64 build of the same target (no macOS build has been made).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +20,6 @@ from typing import Any
 from toolchain.errors import DataFileError
 from toolchain.util.datafile import load_json
 
-# what a manifest that names no build type was built as: upstream's default, the toolkit's own
-# before it had the setting
-UNNAMED_BUILD_TYPE = "RelWithDebInfo"
-
 
 @dataclass(frozen=True)
 class EarlierBuild:
@@ -27,31 +27,45 @@ class EarlierBuild:
     record: Mapping[str, Any]
 
     def figure(self, *keys: str) -> float | None:
-        """A number in the record (`figure("compile", "cpu_seconds")`); None where the manifest
-        lacks it (an older toolkit's) or holds something else."""
+        """A finite number in the record (`figure("compile", "cpu_seconds")`); None where the
+        manifest lacks it or holds something else there (a string, a boolean, NaN)."""
         value: Any = self.record
-        try:
-            for key in keys:
-                value = value[key]
-            return float(value)
-        except (KeyError, TypeError, ValueError):
+        for key in keys:
+            if not isinstance(value, Mapping) or key not in value:
+                return None
+            value = value[key]
+        if isinstance(value, bool) or not isinstance(value, int | float):
             return None
+        try:
+            number = float(value)
+        except OverflowError:  # an integer of hundreds of digits
+            return None
+        return number if math.isfinite(number) else None
+
+    @property
+    def created(self) -> str:
+        """When it was built (ISO 8601, which sorts by time); "" when the manifest lacks it."""
+        created = self.record.get("created")
+        return created if isinstance(created, str) else ""
 
 
 def earlier_builds(
-    wheel_dir: Path, wheel_version: str, *, build_type: str, precompiled: bool
+    wheel_dir: Path, wheel_version: str, *, arch: str, build_type: str, precompiled: bool
 ) -> list[EarlierBuild]:
-    """The readable manifests in `wheel_dir` of builds like this one, by file name; a manifest
-    that is not JSON, or not an object, is passed over."""
+    """The readable manifests in `wheel_dir` of builds like this one, by file name."""
     found = []
     for path in sorted(wheel_dir.glob(f"vllm-{wheel_version}-*.whl.manifest.json")):
         try:
             record = load_json(path)
             env = record.get("env") or {}
-            built_as = env.get("CMAKE_BUILD_TYPE") or record.get("build_type") or UNNAMED_BUILD_TYPE
-            headers = bool(record.get("precompiled_headers"))
+            built_as = env.get("CMAKE_BUILD_TYPE") or record.get("build_type")
+            like = (
+                record.get("target_arch", arch),
+                built_as,
+                bool(record.get("precompiled_headers")),
+            )
         except (DataFileError, AttributeError):
             continue
-        if (built_as, headers) == (build_type, precompiled):
+        if like == (arch, build_type, precompiled):
             found.append(EarlierBuild(path.name, record))
     return found

@@ -170,7 +170,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         precompiled_headers=precompiled,
         build_type=options.build_type,
         expected=_expected_cost(
-            options.wheel_dir, wheel_version, options.build_type, bool(precompiled)
+            options.wheel_dir, wheel_version, arch, options.build_type, bool(precompiled)
         ),
         wheel_version=wheel_version,
         python=PythonChoice(
@@ -224,13 +224,13 @@ def _target_note(
 
 
 def _expected_cost(
-    wheel_dir: Path, wheel_version: str, build_type: str, precompiled: bool
+    wheel_dir: Path, wheel_version: str, arch: str, build_type: str, precompiled: bool
 ) -> ExpectedCost | None:
     """What the costliest earlier build like this one cost (plan/earlier.py), so the plan never
     promises too little."""
     seen = []
     for build in earlier_builds(
-        wheel_dir, wheel_version, build_type=build_type, precompiled=precompiled
+        wheel_dir, wheel_version, arch=arch, build_type=build_type, precompiled=precompiled
     ):
         cpu, wall = build.figure("compile", "cpu_seconds"), build.figure("compile", "seconds")
         if cpu is not None and wall is not None:

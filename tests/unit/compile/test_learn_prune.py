@@ -11,8 +11,15 @@ import pytest
 
 from tests.conftest import FakePrograms
 from toolchain.cli import main
+from toolchain.compile.learn_prune import built_with_acl
 from toolchain.compile.ninja_file import read_builds
-from toolchain.compile.onednn_prune import archive_build, kernel_libraries, learn, link_command
+from toolchain.compile.onednn_prune import (
+    archive_build,
+    cmake_cache_entry,
+    kernel_libraries,
+    learn,
+    link_command,
+)
 from toolchain.errors import BuildError
 from toolchain.plan.onednn_callers import CPU_EXTENSION, _hunks, callers_digest
 from toolchain.plan.recipes import load_recipe
@@ -118,6 +125,20 @@ def test_a_build_that_already_left_units_out_keeps_them_out(
     earlier.unlink()
     with pytest.raises(BuildError, match="which is gone"):
         learn(temp)
+
+
+def test_a_cmake_cache_entry_is_read_whatever_its_type(tmp_path: Path) -> None:
+    assert cmake_cache_entry(tmp_path, "ONEDNN_AARCH64_USE_ACL") is None  # no cache
+    assert built_with_acl(tmp_path, "aarch64") is None
+    (tmp_path / "CMakeCache.txt").write_text(
+        "// ONEDNN_AARCH64_USE_ACL:BOOL=OFF is a comment\nONEDNN_AARCH64_USE_ACL:BOOL=ON\r\n"
+        "VCB_ONEDNN_SKIP:UNINITIALIZED=/r/list.txt \nEMPTY:STRING=\n"
+    )
+    assert cmake_cache_entry(tmp_path, "VCB_ONEDNN_SKIP") == "/r/list.txt"
+    assert cmake_cache_entry(tmp_path, "EMPTY") == ""
+    assert cmake_cache_entry(tmp_path, "ONEDNN") is None  # a whole name only
+    assert built_with_acl(tmp_path, "aarch64") is True
+    assert built_with_acl(tmp_path, "x86_64") is None
 
 
 def test_an_unfinished_build_or_a_library_without_onednn_is_refused(

@@ -155,13 +155,15 @@ def test_the_disk_need_is_learned_from_an_earlier_build(
     check = by_what(readiness(plan, options))["disk"]
     assert check.ok and f"needs 4.0 GiB (the build of {manifest.name})" in check.detail
     # a build with precompiled headers (three 0.7 GB headers more) is no measure of one without,
-    # nor one with the debug info (twice the tree), nor one of a manifest that names no build
-    # type (upstream's default then)
+    # nor one with the debug info (twice the tree), one that names no build type, one of another
+    # architecture, or a figure that is no number
     release = {"build_tree_bytes": 4.5 * GIB, "build_type": "Release"}
     for other, record in (
         ("cp312", release | {"precompiled_headers": ["_C"]}),
         ("cp313", {"build_tree_bytes": 7 * GIB, "build_type": "RelWithDebInfo"}),
         ("cp314", {"build_tree_bytes": 7 * GIB}),
+        ("cp315", release | {"build_tree_bytes": 7 * GIB, "target_arch": "aarch64"}),
+        ("cp316", release | {"build_tree_bytes": float("nan")}),
     ):
         manifest.with_name(manifest.name.replace("cp311", other)).write_text(json.dumps(record))
     check = by_what(readiness(plan, options))["disk"]

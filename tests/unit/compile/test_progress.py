@@ -139,7 +139,9 @@ def _manifest(folder: Path, name: str, version: str = AVX2, **fields: object) ->
 def _learned(
     folder: Path, version: str = AVX2, *, build_type: str = "Release", precompiled: bool = False
 ) -> float | None:
-    return learned_cpu_per_unit(folder, version, build_type=build_type, precompiled=precompiled)
+    return learned_cpu_per_unit(
+        folder, version, arch="x86_64", build_type=build_type, precompiled=precompiled
+    )
 
 
 def test_the_newest_earlier_build_like_this_one_teaches_the_cpu_seconds(tmp_path: Path) -> None:
@@ -148,6 +150,7 @@ def test_the_newest_earlier_build_like_this_one_teaches_the_cpu_seconds(tmp_path
               "steps": 100})  # fmt: skip
     _manifest(tmp_path, "other-target", "0.32.0+cpu.portable", created="2026-12-05T00:00:00")
     _manifest(tmp_path, "no-figures", created="2026-12-06T00:00:00", compile=None)
+    _manifest(tmp_path, "arm", created="2026-12-06T00:00:00", target_arch="aarch64")
     (tmp_path / f"vllm-{AVX2}-broken.whl.manifest.json").write_text("{not json")
     assert _learned(tmp_path) == 12.0
     assert _learned(tmp_path, "0.16.0+cpu.avx2") is None

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from toolchain.plan.earlier import earlier_builds
+from toolchain.plan.earlier import EarlierBuild, earlier_builds
 
-WHEEL = "0.32.0+cpu.avx2"
+WHEEL = "0.32.0+cpu.portable"
 
 
 def _write(folder: Path, name: str, record: object, version: str = WHEEL) -> str:
@@ -16,33 +16,42 @@ def _write(folder: Path, name: str, record: object, version: str = WHEEL) -> str
     return path.name
 
 
-def test_only_builds_of_the_same_wheel_build_type_and_header_setting_are_like_this_one(
+def test_only_builds_of_the_same_wheel_arch_build_type_and_header_setting_are_like_this_one(
     tmp_path: Path,
 ) -> None:
     env_named = _write(tmp_path, "a", {"env": {"CMAKE_BUILD_TYPE": "Release"}})
-    key_named = _write(tmp_path, "b", {"build_type": "Release", "compile": {"cpu_seconds": "12"}})
-    unnamed = _write(tmp_path, "c", {})  # an older manifest: upstream's default then
-    with_headers = _write(tmp_path, "d", {"build_type": "Release", "precompiled_headers": ["_C"]})
-    _write(tmp_path, "e", {"build_type": "Release"}, version="0.32.0+cpu.portable")
-    _write(tmp_path, "f", "{not json")
-    _write(tmp_path, "g", ["a", "list"])  # JSON, but no manifest
+    key_named = _write(tmp_path, "b", {"build_type": "Release", "target_arch": "x86_64"})
+    with_headers = _write(tmp_path, "c", {"build_type": "Release", "precompiled_headers": ["_C"]})
+    debug_info = _write(tmp_path, "d", {"build_type": "RelWithDebInfo"})
+    arm = _write(tmp_path, "e", {"build_type": "Release", "target_arch": "aarch64"})
+    _write(tmp_path, "f", {"build_type": "Release"}, version="0.32.0+cpu.avx2")
+    _write(tmp_path, "g", {})  # names no build type
+    _write(tmp_path, "h", "{not json")
+    _write(tmp_path, "i", ["a", "list"])  # JSON, but no manifest
 
-    def like(build_type: str, precompiled: bool = False) -> list[str]:
-        found = earlier_builds(tmp_path, WHEEL, build_type=build_type, precompiled=precompiled)
+    def like(arch: str = "x86_64", build_type: str = "Release", pch: bool = False) -> list[str]:
+        found = earlier_builds(tmp_path, WHEEL, arch=arch, build_type=build_type, precompiled=pch)
         return [b.manifest for b in found]
 
-    assert like("Release") == [env_named, key_named]
-    assert like("RelWithDebInfo") == [unnamed]
-    assert like("Release", precompiled=True) == [with_headers]
-    assert earlier_builds(tmp_path / "none", WHEEL, build_type="Release", precompiled=False) == []
+    assert like() == [env_named, key_named]
+    assert like(pch=True) == [with_headers]
+    assert like(build_type="RelWithDebInfo") == [debug_info]
+    assert like(arch="aarch64") == [env_named, arm]  # a manifest that names no arch: any
+    assert (
+        earlier_builds(
+            tmp_path / "none", WHEEL, arch="x86_64", build_type="Release", precompiled=False
+        )
+        == []
+    )
 
 
-def test_a_figure_is_a_number_or_none(tmp_path: Path) -> None:
-    compiled = {"cpu_seconds": "12.5", "steps": None}
-    _write(tmp_path, "a", {"build_type": "Release", "compile": compiled, "build_tree_bytes": [1]})
-    (build,) = earlier_builds(tmp_path, WHEEL, build_type="Release", precompiled=False)
+def test_a_figure_is_a_finite_number_or_none() -> None:
+    compiled = {"cpu_seconds": 12.5, "steps": 100, "seconds": "12.5", "memory": None}
+    compiled |= {"pauses": True, "nan": float("nan"), "inf": float("inf"), "huge": 10**400}
+    build = EarlierBuild("m", {"compile": compiled, "created": None})
     assert build.figure("compile", "cpu_seconds") == 12.5
-    assert build.figure("compile", "steps") is None
-    assert build.figure("compile", "seconds") is None
-    assert build.figure("build_tree_bytes") is None
+    assert build.figure("compile", "steps") == 100.0
+    for odd in ("seconds", "memory", "pauses", "nan", "inf", "huge", "missing"):
+        assert build.figure("compile", odd) is None, odd
     assert build.figure("compile", "cpu_seconds", "deeper") is None
+    assert build.created == ""
