@@ -114,7 +114,9 @@ def learned_cpu_per_unit(
         wheel_dir, wheel_version, arch=arch, build_type=build_type, precompiled=precompiled
     ):
         cpu, steps = build.figure("compile", "cpu_seconds"), build.figure("compile", "steps")
-        if cpu and steps and cpu > 0 and steps > 0 and (best is None or build.created > best[0]):
+        if cpu is None or steps is None or cpu <= 0 or steps <= 0:
+            continue  # a manifest without the figures teaches nothing
+        if best is None or build.created > best[0]:
             best = (build.created, cpu / steps)
     return best[1] if best else None
 
