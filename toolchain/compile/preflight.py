@@ -28,7 +28,7 @@ from toolchain.detect.tools import tool_version
 from toolchain.errors import DataFileError, NotReadyError, SourceError, UsageError
 from toolchain.options import BuildOptions
 from toolchain.plan.buildplan import BuildPlan, Dependency
-from toolchain.plan.earlier import earlier_builds
+from toolchain.plan.earlier import builds_like
 from toolchain.util.files import sha256_file, tar_sha256
 from toolchain.util.net import github_reachable, reachable
 from toolchain.util.run import INSTALL_HINTS, own_scripts_first
@@ -224,14 +224,7 @@ def patchelf_too_old(patchelf: str) -> str:
 def learned_build_tree_bytes(plan: BuildPlan) -> tuple[int, str] | None:
     """The largest build tree an earlier build like this one recorded (plan/earlier.py), and
     its manifest."""
-    like = earlier_builds(
-        plan.paths.wheel_dir,
-        plan.wheel_version,
-        arch=plan.arch,
-        build_type=plan.build_type,
-        precompiled=bool(plan.precompiled_headers),
-    )
-    sizes = [(b.figure("build_tree_bytes"), b.manifest) for b in like]
+    sizes = [(b.figure("build_tree_bytes"), b.manifest) for b in builds_like(plan)]
     seen = [(int(size), name) for size, name in sizes if size is not None and size > 0]
     return max(seen, default=None)
 

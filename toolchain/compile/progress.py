@@ -15,12 +15,12 @@ import contextlib
 import os
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolchain.plan.earlier import earlier_builds
+from toolchain.plan.earlier import EarlierBuild
 from toolchain.util.report import duration, reporter
 
 PHASES = ("configure", "oneDNN", "kernels", "link", "repair")
@@ -105,14 +105,10 @@ def ci_group(header: str) -> Iterator[None]:
         folding.end(header)
 
 
-def learned_cpu_per_unit(
-    wheel_dir: Path, wheel_version: str, *, arch: str, build_type: str, precompiled: bool
-) -> float | None:
-    """CPU-seconds per compile unit of the newest earlier build like this one (plan/earlier.py)."""
+def learned_cpu_per_unit(builds: Iterable[EarlierBuild]) -> float | None:
+    """CPU-seconds per compile unit of the newest of these earlier builds (plan/earlier.py)."""
     best: tuple[str, float] | None = None
-    for build in earlier_builds(
-        wheel_dir, wheel_version, arch=arch, build_type=build_type, precompiled=precompiled
-    ):
+    for build in builds:
         cpu, steps = build.figure("compile", "cpu_seconds"), build.figure("compile", "steps")
         if cpu is None or steps is None or cpu <= 0 or steps <= 0:
             continue  # a manifest without the figures teaches nothing

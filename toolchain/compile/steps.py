@@ -43,6 +43,7 @@ from toolchain.errors import (
     UnsupportedHostError,
 )
 from toolchain.plan.buildplan import BuildPlan
+from toolchain.plan.earlier import builds_like
 from toolchain.plan.recipes import OnednnPrune, Patch
 from toolchain.runtime_deps import PipSources
 from toolchain.util import run
@@ -376,13 +377,7 @@ def compile_step(build: BuildRun) -> None:
             guard=guard,
             servers=[sccache(plan)] if build.facts.cache_used else [],
             eta=EtaBasis(
-                cpu_per_unit=learned_cpu_per_unit(
-                    plan.paths.wheel_dir,
-                    plan.wheel_version,
-                    arch=plan.arch,
-                    build_type=plan.build_type,
-                    precompiled=bool(plan.precompiled_headers),
-                ),
+                cpu_per_unit=learned_cpu_per_unit(builds_like(plan)),
                 jobs=plan.max_jobs,
             ),
         )  # fmt: skip

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.errors import DataFileError
+from toolchain.plan.buildplan import BuildPlan
 from toolchain.util.datafile import load_json
 
 
@@ -69,3 +70,14 @@ def earlier_builds(
         if like == (arch, build_type, precompiled):
             found.append(EarlierBuild(path.name, record))
     return found
+
+
+def builds_like(plan: BuildPlan) -> list[EarlierBuild]:
+    """The earlier builds like the one `plan` makes."""
+    return earlier_builds(
+        plan.paths.wheel_dir,
+        plan.wheel_version,
+        arch=plan.arch,
+        build_type=plan.build_type,
+        precompiled=bool(plan.precompiled_headers),
+    )

@@ -23,6 +23,7 @@ from toolchain.compile.progress import (
     phase_of,
     step_summary,
 )
+from toolchain.plan.earlier import earlier_builds
 
 
 @pytest.mark.parametrize(
@@ -139,9 +140,10 @@ def _manifest(folder: Path, name: str, version: str = AVX2, **fields: object) ->
 def _learned(
     folder: Path, version: str = AVX2, *, build_type: str = "Release", precompiled: bool = False
 ) -> float | None:
-    return learned_cpu_per_unit(
+    like = earlier_builds(
         folder, version, arch="x86_64", build_type=build_type, precompiled=precompiled
     )
+    return learned_cpu_per_unit(like)
 
 
 def test_the_newest_earlier_build_like_this_one_teaches_the_cpu_seconds(tmp_path: Path) -> None:
