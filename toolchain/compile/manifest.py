@@ -76,6 +76,8 @@ def manifest(build: BuildRun, wheel_name: str) -> dict[str, Any]:
         "onednn_isa": plan.onednn_isa,
         "onednn_prune": plan.onednn_prune and plan.onednn_prune.record(),
         "precompiled_headers": list(build.facts.precompiled_headers),
+        "torch_headers": "lean" if build.facts.lean_torch_headers else "full",
+        "lean_torch_headers": list(build.facts.lean_torch_headers),
         "debug_info": (
             {"file": debug.name, "sha256": sha256_file(debug), "size_bytes": debug.stat().st_size}
             if (debug := build.facts.debug_archive)

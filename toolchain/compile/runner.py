@@ -33,6 +33,7 @@ class BuildFacts:
     cross: dict[str, Any] | None = None  # a cross build: compiler and sysroot as provisioned
     target_torch: dict[str, Any] | None = None  # a cross build: the torch wheel it built against
     precompiled_headers: tuple[str, ...] = ()  # the libraries the configure said it precompiled
+    lean_torch_headers: tuple[str, ...] = ()  # those it said got the lean <torch/all.h>
 
     @property
     def cache_used(self) -> bool:

@@ -394,28 +394,44 @@ def compile_step(build: BuildRun) -> None:
             "not honour VLLM_VERSION_OVERRIDE"
         )
     build.facts.built_wheel = wheels[0]
-    if plan.precompiled_headers:
-        _check_precompiled(build)
+    _check_headers(build)
 
 
-# kernel-pch.cmake's status line (vLLM's cmake output goes into the build log)
+# kernel-headers.cmake's status lines (vLLM's cmake output goes into the build log)
+LEAN_LINE = re.compile(r"vllm-cpu-builder: lean <torch/all\.h> for ([\w,]*)")
 PRECOMPILED_LINE = re.compile(r"vllm-cpu-builder: <torch/all\.h> precompiled for ([\w,]*)")
 
 
-def _check_precompiled(build: BuildRun) -> None:
-    """The manifest names the libraries whose headers were precompiled, as the last configure
-    said, not as asked: vLLM's CMake may not have taken the file at all (a top project not
-    named vllm_extensions) or may lack a listed library."""
-    found = PRECOMPILED_LINE.findall(build.log.read_text(errors="replace"))
+def _check_headers(build: BuildRun) -> None:
+    """The manifest names the libraries that got the lean <torch/all.h> and those whose headers
+    were precompiled, as the last configure said, not as asked: vLLM's CMake may not have taken
+    the file at all (a top project not named vllm_extensions) or may lack a library."""
+    plan, log = build.plan, build.log.read_text(errors="replace")
+    if plan.torch_headers == "lean":
+        build.facts.lean_torch_headers = _configured(
+            log, LEAN_LINE, plan.kernel_tiers or ("_C",), "lean <torch/all.h>"
+        )
+    if plan.precompiled_headers:
+        build.facts.precompiled_headers = _configured(
+            log, PRECOMPILED_LINE, plan.precompiled_headers, "precompiled torch headers"
+        )
+
+
+def _configured(
+    log: str, line: re.Pattern[str], asked: tuple[str, ...], what: str
+) -> tuple[str, ...]:
+    """The libraries the last configure's status `line` names; a warning for those `asked` of
+    it that it does not."""
+    found = line.findall(log)
     done = tuple(name for name in found[-1].split(",") if name) if found else ()
-    build.facts.precompiled_headers = done
-    missing = [name for name in build.plan.precompiled_headers if name not in done]
+    missing = [name for name in asked if name not in done]
     if missing:
         reporter.warning(
-            f"torch's headers were not precompiled for {', '.join(missing)}: "
-            + ("vLLM's CMake never read kernel-pch.cmake (is its top project vllm_extensions?)"
+            f"no {what} for {', '.join(missing)}: "
+            + ("vLLM's CMake never read kernel-headers.cmake (is its top project vllm_extensions?)"
                if not found else "vLLM's CMake defines no such library")
         )  # fmt: skip
+    return done
 
 
 def repair(build: BuildRun) -> None:

@@ -166,6 +166,7 @@ class BuildPlan:
     onednn_isa: str | None
     onednn_prune: OnednnPrune | None  # oneDNN units left out: the target never links them
     precompiled_headers: tuple[str, ...]  # the kernel libraries that compile torch's once
+    torch_headers: str  # lean: vLLM's libraries get the toolkit's <torch/all.h>; full: torch's
     build_type: str
     expected: ExpectedCost | None
     wheel_version: str

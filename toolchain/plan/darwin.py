@@ -67,6 +67,7 @@ def plan_darwin(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         onednn_isa=None,
         onednn_prune=None,
         precompiled_headers=(),
+        torch_headers="full",  # the lean header is not planned on a Mac yet
         build_type=options.build_type,
         expected=None,
         wheel_version=wheel_version,

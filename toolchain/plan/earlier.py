@@ -2,9 +2,10 @@
 
 The plan's expected cost, the preflight's disk need and the compile's ETA are each learned from
 them, and only from builds of the same wheel version (release and target), target architecture,
-build type and precompiled-header setting: a `RelWithDebInfo` tree is about twice a `Release`
-one, a build with precompiled headers is cheaper but holds three 0.7 GB headers more
-(docs/benchmarks.md), and `portable` names an x86 and an Arm target. A manifest that names no
+build type, precompiled-header and torch-header settings: a `RelWithDebInfo` tree is about twice
+a `Release` one, a build with precompiled headers is cheaper but holds three 0.7 GB headers more,
+the lean <torch/all.h> saves about 9 CPU-seconds per kernel unit (docs/benchmarks.md), and
+`portable` names an x86 and an Arm target. A manifest that names no
 build type (none that records these figures) or is unreadable is passed over. Not told apart yet:
 a macOS and a Linux aarch64 build of the same target (no macOS build has been made).
 """
@@ -51,7 +52,13 @@ class EarlierBuild:
 
 
 def earlier_builds(
-    wheel_dir: Path, wheel_version: str, *, arch: str, build_type: str, precompiled: bool
+    wheel_dir: Path,
+    wheel_version: str,
+    *,
+    arch: str,
+    build_type: str,
+    precompiled: bool,
+    torch_headers: str,
 ) -> list[EarlierBuild]:
     """The readable manifests in `wheel_dir` of builds like this one, by file name."""
     found = []
@@ -64,10 +71,12 @@ def earlier_builds(
                 record.get("target_arch", arch),
                 built_as,
                 bool(record.get("precompiled_headers")),
+                # a manifest from before the lean header was a build with torch's own
+                record.get("torch_headers", "full"),
             )
         except (DataFileError, AttributeError):
             continue
-        if like == (arch, build_type, precompiled):
+        if like == (arch, build_type, precompiled, torch_headers):
             found.append(EarlierBuild(path.name, record))
     return found
 
@@ -80,4 +89,5 @@ def builds_like(plan: BuildPlan) -> list[EarlierBuild]:
         arch=plan.arch,
         build_type=plan.build_type,
         precompiled=bool(plan.precompiled_headers),
+        torch_headers=plan.torch_headers,
     )

@@ -129,13 +129,23 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
     )
     prune = onednn_prune(recipe, target, options.source_dir, warnings, patches, acl)
     precompiled = precompiled_libraries(target, options, warnings)
+    torch_headers = options.get("torch_headers", str)
     env = {
         "VLLM_TARGET_DEVICE": "cpu",
         **jobs.env(),
         "CMAKE_BUILD_TYPE": options.build_type,
         **target.env,
         **kernel_env(recipe, recipe.isa_models[arch], target, patches, options),
-        **cmake_args(target, prune, jobs, paths.recipe_files, cross_plan, acl, precompiled),
+        **cmake_args(
+            target,
+            prune,
+            jobs,
+            paths.recipe_files,
+            cross_plan,
+            acl,
+            precompiled,
+            lean=torch_headers == "lean",
+        ),
         "CC": compiler.cc,
         "CXX": compiler.cxx,
         **(cross_env(cross_plan) if cross_plan else {}),
@@ -168,9 +178,15 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         onednn_isa=target.onednn_isa,
         onednn_prune=prune,
         precompiled_headers=precompiled,
+        torch_headers=torch_headers,
         build_type=options.build_type,
         expected=_expected_cost(
-            options.wheel_dir, wheel_version, arch, options.build_type, bool(precompiled)
+            options.wheel_dir,
+            wheel_version,
+            arch,
+            options.build_type,
+            bool(precompiled),
+            torch_headers,
         ),
         wheel_version=wheel_version,
         python=PythonChoice(
@@ -224,13 +240,23 @@ def _target_note(
 
 
 def _expected_cost(
-    wheel_dir: Path, wheel_version: str, arch: str, build_type: str, precompiled: bool
+    wheel_dir: Path,
+    wheel_version: str,
+    arch: str,
+    build_type: str,
+    precompiled: bool,
+    torch_headers: str,
 ) -> ExpectedCost | None:
     """What the costliest earlier build like this one cost (plan/earlier.py), so the plan never
     promises too little."""
     seen = []
     for build in earlier_builds(
-        wheel_dir, wheel_version, arch=arch, build_type=build_type, precompiled=precompiled
+        wheel_dir,
+        wheel_version,
+        arch=arch,
+        build_type=build_type,
+        precompiled=precompiled,
+        torch_headers=torch_headers,
     ):
         cpu, wall = build.figure("compile", "cpu_seconds"), build.figure("compile", "seconds")
         if cpu is not None and wall is not None:

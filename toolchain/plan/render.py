@@ -104,9 +104,7 @@ def _kernels(plan: BuildPlan) -> str:
         onednn = "no oneDNN"
     if plan.onednn_prune is not None:
         onednn += f" without the {plan.onednn_prune.units} units it never links"
-    pch = (
-        f", torch's headers precompiled once for {', '.join(plan.precompiled_headers)}"
-        if plan.precompiled_headers
-        else ""
-    )
-    return f"{tiers}; {onednn}; vLLM's kernels built {plan.build_type}{pch}"
+    headers = "the lean <torch/all.h>" if plan.torch_headers == "lean" else "torch's own all.h"
+    if plan.precompiled_headers:
+        headers += f", precompiled once for {', '.join(plan.precompiled_headers)}"
+    return f"{tiers}; {onednn}; vLLM's kernels built {plan.build_type} with {headers}"

@@ -151,17 +151,20 @@ def test_the_disk_need_is_learned_from_an_earlier_build(
 
     (tmp_path / "wheels").mkdir()
     manifest = tmp_path / "wheels" / f"vllm-{plan.wheel_version}-cp311-x.whl.manifest.json"
-    manifest.write_text(json.dumps({"build_tree_bytes": 4 * GIB, "build_type": "Release"}))
+    lean = {"build_type": "Release", "torch_headers": "lean"}
+    manifest.write_text(json.dumps(lean | {"build_tree_bytes": 4 * GIB}))
     check = by_what(readiness(plan, options))["disk"]
     assert check.ok and f"needs 4.0 GiB (the build of {manifest.name})" in check.detail
     # a build with precompiled headers (three 0.7 GB headers more) is no measure of one without,
     # nor one with the debug info (twice the tree), one that names no build type, one of another
-    # architecture, or a figure that is no number
-    release = {"build_tree_bytes": 4.5 * GIB, "build_type": "Release"}
+    # architecture, one with torch's own all.h (as every manifest that names none), or a figure
+    # that is no number
+    release = lean | {"build_tree_bytes": 4.5 * GIB}
     for other, record in (
+        ("cp310", {"build_tree_bytes": 4.5 * GIB, "build_type": "Release"}),
         ("cp312", release | {"precompiled_headers": ["_C"]}),
-        ("cp313", {"build_tree_bytes": 7 * GIB, "build_type": "RelWithDebInfo"}),
-        ("cp314", {"build_tree_bytes": 7 * GIB}),
+        ("cp313", release | {"build_tree_bytes": 7 * GIB, "build_type": "RelWithDebInfo"}),
+        ("cp314", {"build_tree_bytes": 7 * GIB, "torch_headers": "lean"}),
         ("cp315", release | {"build_tree_bytes": 7 * GIB, "target_arch": "aarch64"}),
         ("cp316", release | {"build_tree_bytes": float("nan")}),
     ):

@@ -138,10 +138,20 @@ def _manifest(folder: Path, name: str, version: str = AVX2, **fields: object) ->
 
 
 def _learned(
-    folder: Path, version: str = AVX2, *, build_type: str = "Release", precompiled: bool = False
+    folder: Path,
+    version: str = AVX2,
+    *,
+    build_type: str = "Release",
+    precompiled: bool = False,
+    torch_headers: str = "full",
 ) -> float | None:
     like = earlier_builds(
-        folder, version, arch="x86_64", build_type=build_type, precompiled=precompiled
+        folder,
+        version,
+        arch="x86_64",
+        build_type=build_type,
+        precompiled=precompiled,
+        torch_headers=torch_headers,
     )
     return learned_cpu_per_unit(like)
 
@@ -156,14 +166,18 @@ def test_the_newest_earlier_build_like_this_one_teaches_the_cpu_seconds(tmp_path
     (tmp_path / f"vllm-{AVX2}-broken.whl.manifest.json").write_text("{not json")
     assert _learned(tmp_path) == 12.0
     assert _learned(tmp_path, "0.16.0+cpu.avx2") is None
-    # a build with precompiled headers teaches only another such build, a build type only its own
+    # a build with precompiled headers teaches only another such build, a build type only its
+    # own, one with the lean <torch/all.h> only another such (a manifest without the key: full)
     _manifest(tmp_path, "pch", created="2026-12-07T00:00:00", precompiled_headers=["_C_AVX2"],
               compile={"cpu_seconds": 900.0, "steps": 100})  # fmt: skip
     _manifest(tmp_path, "debug-info", created="2026-12-08T00:00:00", build_type="RelWithDebInfo",
               compile={"cpu_seconds": 2000.0, "steps": 100})  # fmt: skip
+    _manifest(tmp_path, "lean", created="2026-12-09T00:00:00", torch_headers="lean",
+              compile={"cpu_seconds": 1000.0, "steps": 100})  # fmt: skip
     assert _learned(tmp_path) == 12.0
     assert _learned(tmp_path, precompiled=True) == 9.0
     assert _learned(tmp_path, build_type="RelWithDebInfo") == 20.0
+    assert _learned(tmp_path, torch_headers="lean") == 10.0
 
 
 def test_the_step_summary_is_a_table_in_github_actions(

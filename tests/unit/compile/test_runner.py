@@ -185,3 +185,26 @@ def test_an_old_patchelf_stops_the_build_before_the_compile(
     fake_programs.add("patchelf", "patchelf 0.19.3\n")
     steps_module.check_toolchain(build)
     assert build.facts.cxx_version == "13.2.0"
+
+
+def test_the_manifest_names_the_libraries_the_last_configure_gave_the_torch_headers(
+    build_of: Callable[..., BuildRun], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the configure said, not as planned: its last status lines win."""
+    build = build_of(settings={**BuildOptions().settings, "precompiled_headers": True})
+    build.log.parent.mkdir(parents=True)
+    build.log.write_text(
+        "-- vllm-cpu-builder: lean <torch/all.h> for _C\n"
+        "-- vllm-cpu-builder: lean <torch/all.h> for dnnl_ext,_C,_C_AVX512,_C_AVX2\n"
+        "-- vllm-cpu-builder: <torch/all.h> precompiled for _C,_C_AVX2\n"
+    )
+    steps_module._check_headers(build)
+    assert build.facts.lean_torch_headers == ("dnnl_ext", "_C", "_C_AVX512", "_C_AVX2")
+    assert build.facts.precompiled_headers == ("_C", "_C_AVX2")
+    out = capsys.readouterr().out
+    assert "no lean" not in out
+    assert "no precompiled torch headers for _C_AVX512: vLLM's CMake defines no such library" in out
+    full = build_of(settings={**BuildOptions().settings, "torch_headers": "full"})
+    full.log.write_text("-- vllm-cpu-builder: lean <torch/all.h> for _C\n")
+    steps_module._check_headers(full)  # not asked for: not read
+    assert full.facts.lean_torch_headers == () and "no lean" not in capsys.readouterr().out

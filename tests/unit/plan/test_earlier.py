@@ -28,18 +28,32 @@ def test_only_builds_of_the_same_wheel_arch_build_type_and_header_setting_are_li
     _write(tmp_path, "g", {})  # names no build type
     _write(tmp_path, "h", "{not json")
     _write(tmp_path, "i", ["a", "list"])  # JSON, but no manifest
+    lean = _write(tmp_path, "j", {"build_type": "Release", "torch_headers": "lean"})
 
-    def like(arch: str = "x86_64", build_type: str = "Release", pch: bool = False) -> list[str]:
-        found = earlier_builds(tmp_path, WHEEL, arch=arch, build_type=build_type, precompiled=pch)
+    def like(
+        arch: str = "x86_64", build_type: str = "Release", pch: bool = False, torch: str = "full"
+    ) -> list[str]:
+        found = earlier_builds(
+            tmp_path, WHEEL, arch=arch, build_type=build_type, precompiled=pch, torch_headers=torch
+        )
         return [b.manifest for b in found]
 
+    # a manifest that names no torch headers was a build with torch's own
     assert like() == [env_named, key_named]
+    assert like(torch="lean") == [lean]
     assert like(pch=True) == [with_headers]
     assert like(build_type="RelWithDebInfo") == [debug_info]
     assert like(arch="aarch64") == [env_named, arm]  # a manifest that names no arch: any
+    assert like(arch="x86_64", build_type="Release").count(lean) == 0
+    nowhere = tmp_path / "none"
     assert (
         earlier_builds(
-            tmp_path / "none", WHEEL, arch="x86_64", build_type="Release", precompiled=False
+            nowhere,
+            WHEEL,
+            arch="x86_64",
+            build_type="Release",
+            precompiled=False,
+            torch_headers="lean",
         )
         == []
     )

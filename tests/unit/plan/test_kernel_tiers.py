@@ -14,7 +14,7 @@ from toolchain.errors import PlanError
 from toolchain.plan.planner import BuildOptions, plan_build
 from toolchain.plan.recipes import load_recipe
 from toolchain.plan.render import render_plan
-from toolchain.plan.switches import FORGET, PRUNE_CMAKE
+from toolchain.plan.switches import FORGET, HEADERS_CMAKE, PRUNE_CMAKE, TORCH_LEAN
 
 from .test_plan import PRECOMPILED_HEADERS, RECIPES, SAVED, _run, host_of, plan  # noqa: F401  (host_of is a fixture)
 
@@ -65,8 +65,14 @@ def test_every_x86_target_of_the_one_wheel_era(
         assert "without the 184 units it never links" in render_plan(result)
     else:
         assert result.onednn_prune is None
+    # vLLM's libraries get the lean <torch/all.h>
+    lean_args = (
+        f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={HEADERS_CMAKE} -DVCB_TORCH_LEAN={TORCH_LEAN}"
+    )
     # what an earlier plan of the same build folder left in its cmake cache is unset first
-    assert result.env.get("CMAKE_ARGS") == " ".join([*FORGET, *expected_args.split()])
+    assert result.env.get("CMAKE_ARGS") == " ".join(
+        [*FORGET, *expected_args.split(), *lean_args.split()]
+    )
     assert result.onednn_isa == (onednn[0] if onednn else "ALL")
     assert result.wheel_version == f"{version}+cpu.{target}"
 
@@ -151,12 +157,19 @@ def test_the_build_type_reaches_cmake_and_is_checked(
 
 
 def _manifest(
-    folder: Path, name: str, *, cpu: float, build_type: str, precompiled: tuple[str, ...] = ()
+    folder: Path,
+    name: str,
+    *,
+    cpu: float,
+    build_type: str,
+    precompiled: tuple[str, ...] = (),
+    torch_headers: str | None = "lean",
 ) -> None:
     record = {
         "compile": {"cpu_seconds": cpu, "seconds": cpu / 2},
         "env": {"CMAKE_BUILD_TYPE": build_type},
         "precompiled_headers": list(precompiled),
+        **({"torch_headers": torch_headers} if torch_headers else {}),
     }
     (folder / f"{name}.manifest.json").write_text(json.dumps(record))
 
@@ -176,6 +189,17 @@ def test_the_plan_expects_what_the_last_build_of_the_same_wheel_cost(
     _manifest(wheels, stem.replace("avx2", "portable"), cpu=5800.0, build_type="Release")
     pch = stem.replace("cp311", "cp314")  # cheaper, with precompiled headers: not this plan's
     _manifest(wheels, pch, cpu=100.0, build_type="Release", precompiled=("_C_AVX2",))
+    # dearer, with torch's own all.h (so is a manifest from before the lean header): not like it
+    _manifest(
+        wheels,
+        stem.replace("cp311", "cp38"),
+        cpu=3000.0,
+        build_type="Release",
+        torch_headers="full",
+    )
+    _manifest(
+        wheels, stem.replace("cp311", "cp39"), cpu=3000.0, build_type="Release", torch_headers=None
+    )
     (wheels / f"{stem.replace('cp311', 'cp310')}.manifest.json").write_text("{not json")
     expected = plan(host_of("x86-zen4"), target="avx2", wheel_dir=wheels).expected
     assert expected is not None and expected.cpu_seconds == 2600.0
@@ -205,9 +229,9 @@ def test_a_prune_list_in_a_folder_with_a_space_is_refused(
     monkeypatch.setattr(switches_module, "PRUNE_CMAKE", Path("/opt/my tools/prune-onednn.cmake"))
     with pytest.raises(PlanError, match=r"has a space, which vLLM's setup\.py cannot pass"):
         plan(host_of("x86-zen4"), "0.32.0", target="avx2")
-    assert "-DCMAKE_PROJECT" not in plan(host_of("x86-zen4"), "0.32.0", target="avx512").env.get(
-        "CMAKE_ARGS", ""
-    )
+    assert "-DCMAKE_PROJECT_oneDNN" not in plan(
+        host_of("x86-zen4"), "0.32.0", target="avx512"
+    ).env.get("CMAKE_ARGS", "")
 
 
 ARM_TIERS_PATCH = "vllm-0.32-cpu-arm-tiers.patch"

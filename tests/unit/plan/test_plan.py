@@ -21,7 +21,7 @@ from toolchain.errors import PlanError
 from toolchain.plan.planner import BuildOptions, plan_build
 from toolchain.plan.recipes import known_versions, load_recipe
 from toolchain.plan.render import render_plan
-from toolchain.plan.switches import PCH_CMAKE
+from toolchain.plan.switches import HEADERS_CMAKE, TORCH_LEAN
 from toolchain.util.compile_cache import parse_cache
 from toolchain.util.units import GIB
 
@@ -32,6 +32,7 @@ PY311 = "/opt/python3.11"
 SAFE_EXTRACT = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
 # the build settings with --precompiled-headers given
 PRECOMPILED_HEADERS = {**BuildOptions().settings, "precompiled_headers": True}
+FULL_TORCH_HEADERS = {**BuildOptions().settings, "torch_headers": "full"}
 
 
 @pytest.fixture
@@ -273,24 +274,46 @@ def test_sccache_is_switched_off_when_only_the_build_venv_may_have_one(
     assert neither.env["VLLM_DISABLE_SCCACHE"] == "1"
 
 
+def test_vllms_libraries_get_the_lean_torch_header_unless_asked_for_torchs_own(
+    host_of: Callable[..., Host],
+) -> None:
+    zen4 = host_of("x86-zen4")
+    default = plan(zen4, target="portable")
+    args = default.env["CMAKE_ARGS"].split()
+    assert default.torch_headers == "lean"
+    assert f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={HEADERS_CMAKE}" in args
+    assert f"-DVCB_TORCH_LEAN={TORCH_LEAN}" in args
+    assert (TORCH_LEAN / "torch" / "all.h").is_file()
+    assert "with the lean <torch/all.h>" in render_plan(default)
+    full = plan(zen4, target="portable", settings={**FULL_TORCH_HEADERS})
+    assert full.torch_headers == "full"
+    assert "-DCMAKE_PROJECT_vllm_extensions_INCLUDE" not in full.env["CMAKE_ARGS"]
+    assert "VCB_TORCH_LEAN" not in full.env["CMAKE_ARGS"]
+    assert "with torch's own all.h" in render_plan(full)
+
+
 def test_kernel_libraries_compile_torchs_headers_once_when_asked(
     host_of: Callable[..., Host],
 ) -> None:
     """Not by default: GCC makes kernels whose code is not byte for byte the same."""
     zen4 = host_of("x86-zen4")
     default = plan(zen4, target="portable")
-    assert "-DCMAKE_PROJECT_vllm_extensions_INCLUDE" not in default.env["CMAKE_ARGS"]
     assert "VCB_PCH_TARGETS" not in default.env["CMAKE_ARGS"]
     assert "CCACHE_SLOPPINESS" not in default.env and default.precompiled_headers == ()
     portable = plan(zen4, target="portable", settings=PRECOMPILED_HEADERS)
     args = portable.env["CMAKE_ARGS"].split()
-    assert f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={PCH_CMAKE}" in args
+    assert f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={HEADERS_CMAKE}" in args
     assert "-DVCB_PCH_TARGETS=_C,_C_AVX512,_C_AVX2" in args
     # ccache caches no unit that includes a precompiled header without it
     assert portable.env["CCACHE_SLOPPINESS"] == "pch_defines,time_macros"
-    assert "torch's headers precompiled once for _C, _C_AVX512, _C_AVX2" in render_plan(portable)
+    assert "lean <torch/all.h>, precompiled once for _C, _C_AVX512, _C_AVX2" in render_plan(
+        portable
+    )
     era = plan(zen4, "0.16.0", settings=PRECOMPILED_HEADERS)  # one _C
     assert "-DVCB_PCH_TARGETS=_C" in era.env["CMAKE_ARGS"].split()
+    full = plan(zen4, target="portable", settings={**PRECOMPILED_HEADERS, "torch_headers": "full"})
+    assert f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={HEADERS_CMAKE}" in full.env["CMAKE_ARGS"]
+    assert "VCB_TORCH_LEAN" not in full.env["CMAKE_ARGS"]
 
 
 def test_the_users_own_ccache_sloppiness_is_kept(

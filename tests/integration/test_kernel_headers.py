@@ -1,6 +1,7 @@
-"""torch's headers precompiled once per kernel library (toolchain/data/kernel-pch.cmake), on a
-tiny CMake project named as vLLM's top project: two kernel libraries that include a
-`torch/all.h` and a helper library that does not."""
+"""What vLLM's libraries compile of torch's headers (toolchain/data/kernel-headers.cmake): the
+lean <torch/all.h> and torch's headers precompiled once per kernel library. On a tiny CMake
+project named as vLLM's top project: two kernel libraries that include a `torch/all.h`, a helper
+library that does not, and a library in a subfolder (as oneDNN's are)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from tests.integration.conftest import CMAKE_PROJECT_MARKS
 from toolchain.plan.cache import LAUNCHER_CCACHE, PCH_SLOPPINESS
-from toolchain.plan.switches import FORGET, PCH_CMAKE
+from toolchain.plan.switches import FORGET, HEADERS_CMAKE, TORCH_LEAN
 
 pytestmark = CMAKE_PROJECT_MARKS
 
@@ -25,15 +26,26 @@ PROJECT = {
     "  target_include_directories(${tier} PRIVATE include)\n"
     "endforeach()\n"
     "target_compile_options(_C_AVX2 PRIVATE -mavx2)\n"
-    "add_library(_C_ALIAS ALIAS _C)\nadd_library(_C_HEADERS INTERFACE)\n",
+    "add_library(_C_ALIAS ALIAS _C)\nadd_library(_C_HEADERS INTERFACE)\n"
+    "add_subdirectory(onednn)\n",
     "include/torch/all.h": "#pragma once\n#include <map>\n#include <string>\n#include <vector>\n"
-    "inline int torch_like() { return 3; }\n",
+    "#include <torch/types.h>\n#include <torch/library.h>\n#include <torch/utils.h>\n"
+    "#include <torch/nn.h>\n",
+    # torch's headers as the lean all.h includes them; nn.h stands for what it leaves out
+    "include/torch/types.h": "#pragma once\ninline int torch_like() { return 3; }\n",
+    "include/torch/library.h": "#pragma once\n",
+    "include/torch/utils.h": "#pragma once\n",
+    "include/torch/nn.h": "#pragma once\nint torch_nn_was_compiled();\n",
     "ops.cpp": "#include <torch/all.h>\nint op() { return torch_like(); }\n",
     "more_ops.cpp": "#include <torch/all.h>\nint more_op() { return torch_like() + 1; }\n",
     "helper.cpp": "int helper() { return 5; }\n",
+    "onednn/CMakeLists.txt": "add_library(dnnl STATIC dnnl.cpp)\n",
+    "onednn/dnnl.cpp": "int dnnl() { return 7; }\n",
 }
+INCLUDE = f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={HEADERS_CMAKE}"
+LEAN = (INCLUDE, f"-DVCB_TORCH_LEAN={TORCH_LEAN}")
 PCH = (
-    f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={PCH_CMAKE}",
+    INCLUDE,
     # not defined, an alias and an interface library: passed over
     "-DVCB_PCH_TARGETS=_C,_C_AVX2,_C_AVX512,_C_ALIAS,_C_HEADERS",
 )
@@ -59,10 +71,42 @@ def _configure(
     return done
 
 
+def _deps(build: Path) -> str:
+    """The headers each output was compiled from, as ninja recorded them."""
+    return subprocess.run(
+        ["ninja", "-C", build, "-t", "deps"], capture_output=True, text=True, check=True
+    ).stdout
+
+
 def _commands(build: Path) -> list[str]:
     return subprocess.run(
         ["ninja", "-C", build, "-t", "commands"], capture_output=True, text=True, check=True
     ).stdout.splitlines()
+
+
+def test_every_library_of_the_top_folder_gets_the_lean_header_first(
+    source: Path, tmp_path: Path
+) -> None:
+    build = tmp_path / "build"
+    configured = _configure(source, build, *FORGET, *LEAN)
+    assert "vllm-cpu-builder: lean <torch/all.h> for helper,_C,_C_AVX2\n" in configured.stdout
+    commands = _commands(build)
+    for name in ("_C.dir/ops", "_C_AVX2.dir/more_ops"):
+        (unit,) = (c for c in commands if f"CMakeFiles/{name}.cpp.o -c " in c)
+        assert unit.index(f"-I{TORCH_LEAN} ") < unit.index(f"-I{source}/include")
+    assert any(f"-I{TORCH_LEAN} " in c for c in commands if "helper.dir/" in c)
+    assert not any(str(TORCH_LEAN) in c for c in commands if "dnnl.dir/" in c)
+    built = subprocess.run(["ninja", "-C", build, "-v"], capture_output=True, text=True)
+    assert built.returncode == 0, built.stdout
+    # the units compiled torch's types.h, not its nn.h
+    deps = _deps(build)
+    assert "torch/types.h" in deps and "torch/nn.h" not in deps
+    # and with the header precompiled as well, the precompiled one is the lean one
+    again = _configure(source, build, *FORGET, *LEAN, "-DVCB_PCH_TARGETS=_C")
+    assert "precompiled for _C\n" in again.stdout
+    assert subprocess.run(["ninja", "-C", build], capture_output=True).returncode == 0
+    deps = _deps(build)
+    assert f"{TORCH_LEAN}/torch/all.h" in deps and "torch/nn.h" not in deps
 
 
 def test_each_listed_kernel_library_precompiles_the_header_and_its_units_use_it(
@@ -84,7 +128,7 @@ def test_each_listed_kernel_library_precompiles_the_header_and_its_units_use_it(
     assert (build / "CMakeFiles" / "_C_AVX2.dir" / "cmake_pch.hxx.gch").is_file()
 
 
-def test_a_build_folder_planned_without_them_compiles_the_headers_in_each_unit(
+def test_a_build_folder_planned_without_them_compiles_torchs_own_header_in_each_unit(
     source: Path, tmp_path: Path
 ) -> None:
     build = tmp_path / "build"
@@ -92,6 +136,10 @@ def test_a_build_folder_planned_without_them_compiles_the_headers_in_each_unit(
     again = _configure(source, build, *FORGET)
     assert "precompiled for" not in again.stdout
     assert not any("cmake_pch" in c for c in _commands(build))
+    _configure(source, build, *FORGET, *LEAN)
+    full = _configure(source, build, *FORGET)
+    assert "lean <torch/all.h>" not in full.stdout
+    assert not any(str(TORCH_LEAN) in c for c in _commands(build))
 
 
 @pytest.mark.skipif(not shutil.which("ccache"), reason="needs ccache")
@@ -114,5 +162,6 @@ def test_ccache_caches_the_units_only_with_the_plans_sloppiness(
         ["ccache", "--print-stats"], env=env, capture_output=True, text=True, check=True
     ).stdout
     counted = dict(line.split("\t") for line in stats.splitlines() if "\t" in line)
-    # two headers and four units per build; the helper's unit has no precompiled header
-    assert int(counted["direct_cache_hit"]) + int(counted["preprocessed_cache_hit"]) == hits + 1
+    # two headers and four units per build; the helper's and the subfolder library's units have
+    # no precompiled header
+    assert int(counted["direct_cache_hit"]) + int(counted["preprocessed_cache_hit"]) == hits + 2

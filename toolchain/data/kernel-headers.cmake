@@ -1,0 +1,59 @@
+# vllm-cpu-builder: what vLLM's own libraries compile of torch's headers.
+#
+# Passed by the plan as -DCMAKE_PROJECT_vllm_extensions_INCLUDE=<this file> (vLLM's top project
+# is vllm_extensions), with either or both of:
+# -DVCB_TORCH_LEAN=<folder>: the folder holding the toolkit's lean <torch/all.h>
+#   (toolchain/data/torch-lean) goes first on the include path of every library of the top
+#   folder, so its units compile ATen and torch's library header, not torch's whole C++ frontend.
+# -DVCB_PCH_TARGETS=_C,_C_AVX2,...: each listed library compiles <torch/all.h> once, not in each
+#   of its units: precompiled with the library's own flags (a tier's ISA included), included
+#   first by its units. A listed name that is no library compiled here (not defined, an alias,
+#   imported or an interface) is passed over.
+# Both act at the end of the top folder, when the libraries exist. A status line names the
+# libraries each was done for, and build-wheel reads it (docs/benchmarks.md has the figures).
+include_guard(GLOBAL)
+
+function(_vcb_compiled target out)
+  set(${out} FALSE PARENT_SCOPE)
+  if(NOT TARGET ${target})
+    return()
+  endif()
+  get_target_property(type ${target} TYPE)
+  get_target_property(aliased ${target} ALIASED_TARGET)
+  get_target_property(imported ${target} IMPORTED)
+  if(aliased OR imported OR NOT type MATCHES "^(STATIC_LIBRARY|SHARED_LIBRARY|MODULE_LIBRARY|OBJECT_LIBRARY|EXECUTABLE)$")
+    return()
+  endif()
+  set(${out} TRUE PARENT_SCOPE)
+endfunction()
+
+function(_vcb_torch_headers)
+  if(VCB_TORCH_LEAN)
+    get_property(targets DIRECTORY "${CMAKE_SOURCE_DIR}" PROPERTY BUILDSYSTEM_TARGETS)
+    set(lean)
+    foreach(target IN LISTS targets)
+      _vcb_compiled(${target} compiled)
+      if(compiled)
+        target_include_directories(${target} BEFORE PRIVATE "${VCB_TORCH_LEAN}")
+        list(APPEND lean ${target})
+      endif()
+    endforeach()
+    string(REPLACE ";" "," lean "${lean}")
+    message(STATUS "vllm-cpu-builder: lean <torch/all.h> for ${lean}")
+  endif()
+  if(VCB_PCH_TARGETS)
+    string(REPLACE "," ";" listed "${VCB_PCH_TARGETS}")
+    set(precompiled)
+    foreach(target IN LISTS listed)
+      _vcb_compiled(${target} compiled)
+      if(compiled)
+        target_precompile_headers(${target} PRIVATE <torch/all.h>)
+        list(APPEND precompiled ${target})
+      endif()
+    endforeach()
+    string(REPLACE ";" "," precompiled "${precompiled}")
+    message(STATUS "vllm-cpu-builder: <torch/all.h> precompiled for ${precompiled}")
+  endif()
+endfunction()
+
+cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL _vcb_torch_headers)
