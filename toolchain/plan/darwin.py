@@ -105,6 +105,12 @@ def _ignored(options: BuildOptions) -> list[str]:
         "--precompiled-headers (not planned on a Mac yet)": options.get(
             "precompiled_headers", bool
         ),
+        # the default is lean: only a user's own choice is worth a word
+        "--torch-headers lean (not planned on a Mac yet: torch's own all.h)": options.get(
+            "torch_headers", str
+        )
+        == "lean"
+        and options.origins.get("torch_headers", "default") != "default",
     }
     return [f"{what} is ignored for a macOS plan" for what, given in named.items() if given]
 

@@ -172,7 +172,8 @@ def test_every_shipped_recipe_pins_the_torch_its_sdist_names_for_darwin() -> Non
 def test_settings_a_mac_plan_cannot_use_are_said_to_be_ignored(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["--vllm", "0.32.0", "--cxx", "g++-14", "--allow-cuda-torch", "--precompiled-headers"]
+    argv = ["--vllm", "0.32.0", "--cxx", "g++-14", "--allow-cuda-torch", "--precompiled-headers",
+            "--torch-headers", "lean"]  # fmt: skip
     assert main([*plan(tmp_path, M2, argv), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["compiler"]["cxx"] == "/usr/bin/clang++"
@@ -181,5 +182,9 @@ def test_settings_a_mac_plan_cannot_use_are_said_to_be_ignored(
         "--cxx / CXX",
         "--allow-cuda-torch",
         "--precompiled-headers",
+        "--torch-headers lean",
     ]
-    assert data["torch"]["requirement"] == "torch==2.13.0"
+    assert data["torch"]["requirement"] == "torch==2.13.0" and data["torch_headers"] == "full"
+    # the lean header by default is not the user's word: nothing said
+    assert main([*plan(tmp_path, M2, ["--vllm", "0.32.0"]), "--json"]) == 0
+    assert not any("--torch-headers" in w for w in json.loads(capsys.readouterr().out)["warnings"])
