@@ -242,10 +242,11 @@ SETTINGS = (
         commands=BUILD,
         choices=TORCH_HEADERS,
         default="lean",
-        help="what vLLM's units get as <torch/all.h>: lean, ATen and torch's library and utils "
-        "headers (what the kernels use; about 9 fewer CPU-seconds per unit, the same object "
-        "code: docs/benchmarks.md), or full, torch's own with its whole C++ frontend (nn, "
-        "optim, data, jit, ...), for a release whose kernels need more",
+        help="what vLLM's units get as <torch/all.h>: lean, ATen and torch's library, utils and "
+        "version headers (what the kernels use; about 8 fewer CPU-seconds per kernel unit, "
+        "code that differs in GCC's inlining choices, checked with upstream's kernel tests: "
+        "docs/benchmarks.md), or full, torch's own with its whole C++ frontend (nn, optim, "
+        "data, jit, ...), for a release whose kernels need more",
         default_text="lean",
     ),
     Setting(
@@ -254,8 +255,9 @@ SETTINGS = (
         kind=bool,
         default=False,
         help="compile torch's headers once per vLLM kernel library, not in each of its units: "
-        "about 400 fewer CPU-seconds for a portable build, but kernels whose code is not "
-        "byte for byte the same (docs/benchmarks.md); never with --dist-scheduler",
+        "about 400 fewer CPU-seconds for a portable build with --torch-headers full (not "
+        "measured with the lean header), but a torch macro seen differently in moe.cpp "
+        "(docs/benchmarks.md); never with --dist-scheduler",
         default_text="in each unit",
     ),
     Setting(

@@ -30,11 +30,13 @@ PROJECT = {
     "add_subdirectory(onednn)\n",
     "include/torch/all.h": "#pragma once\n#include <map>\n#include <string>\n#include <vector>\n"
     "#include <torch/types.h>\n#include <torch/library.h>\n#include <torch/utils.h>\n"
+    "#include <torch/version.h>\n"
     "#include <torch/nn.h>\n",
     # torch's headers as the lean all.h includes them; nn.h stands for what it leaves out
     "include/torch/types.h": "#pragma once\ninline int torch_like() { return 3; }\n",
     "include/torch/library.h": "#pragma once\n",
     "include/torch/utils.h": "#pragma once\n",
+    "include/torch/version.h": "#pragma once\n",
     "include/torch/nn.h": "#pragma once\nint torch_nn_was_compiled();\n",
     "ops.cpp": "#include <torch/all.h>\nint op() { return torch_like(); }\n",
     "more_ops.cpp": "#include <torch/all.h>\nint more_op() { return torch_like() + 1; }\n",

@@ -45,6 +45,7 @@ from toolchain.errors import (
 from toolchain.plan.buildplan import BuildPlan
 from toolchain.plan.earlier import builds_like
 from toolchain.plan.recipes import OnednnPrune, Patch
+from toolchain.plan.switches import TORCH_LEAN, lean_header_dir
 from toolchain.runtime_deps import PipSources
 from toolchain.util import run
 from toolchain.util.datafile import parse_json
@@ -127,6 +128,14 @@ def recipe_file(build: BuildRun, loaded: Patch | OnednnPrune) -> Path:
     with atomic_path(copy) as temporary:
         temporary.write_bytes(loaded.content)
     return copy
+
+
+def lean_torch_header(build: BuildRun) -> None:
+    """The toolkit's lean <torch/all.h> written where CMAKE_ARGS names it (lean_header_dir)."""
+    copy = lean_header_dir(build.plan.paths.recipe_files) / "torch" / "all.h"
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(copy) as temporary:
+        temporary.write_bytes((TORCH_LEAN / "torch" / "all.h").read_bytes())
 
 
 def third_party_sources(build: BuildRun) -> None:
@@ -367,6 +376,8 @@ def compile_step(build: BuildRun) -> None:
     env = compile_env(build)
     if plan.onednn_prune is not None:
         recipe_file(build, plan.onednn_prune)  # the list CMAKE_ARGS names
+    if plan.torch_headers == "lean":
+        lean_torch_header(build)
     try:
         build.facts.compile = compile_logged(
             [plan.paths.venv_python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",

@@ -4,7 +4,7 @@ The plan's expected cost, the preflight's disk need and the compile's ETA are ea
 them, and only from builds of the same wheel version (release and target), target architecture,
 build type, precompiled-header and torch-header settings: a `RelWithDebInfo` tree is about twice
 a `Release` one, a build with precompiled headers is cheaper but holds three 0.7 GB headers more,
-the lean <torch/all.h> saves about 9 CPU-seconds per kernel unit (docs/benchmarks.md), and
+the lean <torch/all.h> saves about 8 CPU-seconds per kernel unit (docs/benchmarks.md), and
 `portable` names an x86 and an Arm target. A manifest that names no
 build type (none that records these figures) or is unreadable is passed over. Not told apart yet:
 a macOS and a Linux aarch64 build of the same target (no macOS build has been made).

@@ -106,7 +106,7 @@ def cmake_args(
     if lean or precompiled:
         args.append(f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={no_space(HEADERS_CMAKE)}")
     if lean:
-        args.append(f"-DVCB_TORCH_LEAN={no_space(TORCH_LEAN)}")
+        args.append(f"-DVCB_TORCH_LEAN={no_space(lean_header_dir(recipe_files))}")
     if precompiled:
         args.append(f"-DVCB_PCH_TARGETS={','.join(precompiled)}")
     return {"CMAKE_ARGS": " ".join(args)}
@@ -128,6 +128,13 @@ def precompiled_libraries(
         )
         return ()
     return target.kernel_tiers or ("_C",)
+
+
+def lean_header_dir(recipe_files: Path) -> Path:
+    """Where the compile step writes the lean <torch/all.h> (TORCH_LEAN) for CMAKE_ARGS: in the
+    build folder, inside CCACHE_BASEDIR, so no unit's cache key holds the toolkit's own path (a
+    shared cache then hits for every install of the toolkit)."""
+    return recipe_files / "torch-lean"
 
 
 def no_space(path: Path) -> Path:

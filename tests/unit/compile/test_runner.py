@@ -21,6 +21,7 @@ from toolchain.options import BuildOptions
 from toolchain.plan.buildplan import BuildPlan, Step
 from toolchain.plan.planner import plan_build
 from toolchain.plan.recipes import load_recipe
+from toolchain.plan.switches import TORCH_LEAN
 from toolchain.targets import default_recipes_dir
 from toolchain.util.compile_cache import parse_cache
 
@@ -185,6 +186,19 @@ def test_an_old_patchelf_stops_the_build_before_the_compile(
     fake_programs.add("patchelf", "patchelf 0.19.3\n")
     steps_module.check_toolchain(build)
     assert build.facts.cxx_version == "13.2.0"
+
+
+def test_the_lean_header_is_written_where_cmake_args_name_it(
+    build_of: Callable[..., BuildRun],
+) -> None:
+    build = build_of()
+    named = next(
+        a.split("=", 1)[1] for a in build.plan.env["CMAKE_ARGS"].split() if "VCB_TORCH_LEAN=" in a
+    )
+    steps_module.lean_torch_header(build)
+    written = Path(named) / "torch" / "all.h"
+    assert written.read_bytes() == (TORCH_LEAN / "torch" / "all.h").read_bytes()
+    assert written.is_relative_to(build.plan.paths.build_dir)
 
 
 def test_the_manifest_names_the_libraries_the_last_configure_gave_the_torch_headers(

@@ -14,9 +14,9 @@ from toolchain.errors import PlanError
 from toolchain.plan.planner import BuildOptions, plan_build
 from toolchain.plan.recipes import load_recipe
 from toolchain.plan.render import render_plan
-from toolchain.plan.switches import FORGET, HEADERS_CMAKE, PRUNE_CMAKE, TORCH_LEAN
+from toolchain.plan.switches import FORGET, HEADERS_CMAKE, PRUNE_CMAKE, lean_header_dir
 
-from .test_plan import PRECOMPILED_HEADERS, RECIPES, SAVED, _run, host_of, plan  # noqa: F401  (host_of is a fixture)
+from .test_plan import FULL_TORCH_HEADERS, PRECOMPILED_HEADERS, RECIPES, SAVED, _run, host_of, plan  # noqa: F401  (host_of is a fixture)
 
 TIERS_PATCH = "vllm-cpu-x86-tiers.patch"
 ALL_TIERS = ("_C", "_C_AVX512", "_C_AVX2")
@@ -66,9 +66,8 @@ def test_every_x86_target_of_the_one_wheel_era(
     else:
         assert result.onednn_prune is None
     # vLLM's libraries get the lean <torch/all.h>
-    lean_args = (
-        f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={HEADERS_CMAKE} -DVCB_TORCH_LEAN={TORCH_LEAN}"
-    )
+    lean = lean_header_dir(result.paths.recipe_files)
+    lean_args = f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={HEADERS_CMAKE} -DVCB_TORCH_LEAN={lean}"
     # what an earlier plan of the same build folder left in its cmake cache is unset first
     assert result.env.get("CMAKE_ARGS") == " ".join(
         [*FORGET, *expected_args.split(), *lean_args.split()]
@@ -229,9 +228,9 @@ def test_a_prune_list_in_a_folder_with_a_space_is_refused(
     monkeypatch.setattr(switches_module, "PRUNE_CMAKE", Path("/opt/my tools/prune-onednn.cmake"))
     with pytest.raises(PlanError, match=r"has a space, which vLLM's setup\.py cannot pass"):
         plan(host_of("x86-zen4"), "0.32.0", target="avx2")
-    assert "-DCMAKE_PROJECT_oneDNN" not in plan(
-        host_of("x86-zen4"), "0.32.0", target="avx512"
-    ).env.get("CMAKE_ARGS", "")
+    # an unpruned target with torch's own all.h passes no toolkit file to cmake
+    full = plan(host_of("x86-zen4"), "0.32.0", target="avx512", settings=FULL_TORCH_HEADERS)
+    assert "-DCMAKE_PROJECT" not in full.env.get("CMAKE_ARGS", "").replace("-UCMAKE_PROJECT", "")
 
 
 ARM_TIERS_PATCH = "vllm-0.32-cpu-arm-tiers.patch"
