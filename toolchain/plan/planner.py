@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from pathlib import Path
 
 from packaging.version import Version
 
@@ -15,7 +15,7 @@ from toolchain.plan.cache import cache_env, dist_plan
 from toolchain.plan.compiler import choose_compiler, cross_compiler
 from toolchain.plan.cross import TARGET_MACHINE_SWITCH, cross_env, plan_cross
 from toolchain.plan.darwin import plan_darwin
-from toolchain.plan.earlier import earlier_builds
+from toolchain.plan.earlier import EarlierBuild, builds_like
 from toolchain.plan.jobs import build_jobs
 from toolchain.plan.recipes import Recipe
 from toolchain.plan.sources import patch_warnings, plan_source, third_party_sources
@@ -163,7 +163,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         index_url=options.torch_index or recipe.torch_index,
         find_links=options.find_links,
     )
-    return BuildPlan(
+    planned = BuildPlan(
         vllm_version=str(recipe.vllm),
         recipe=str(recipe.path),
         arch=arch,
@@ -180,14 +180,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         precompiled_headers=precompiled,
         torch_headers=torch_headers,
         build_type=options.build_type,
-        expected=_expected_cost(
-            options.wheel_dir,
-            wheel_version,
-            arch,
-            options.build_type,
-            bool(precompiled),
-            torch_headers,
-        ),
+        expected=None,  # below: what earlier builds like this plan cost
         wheel_version=wheel_version,
         python=PythonChoice(
             version=py_version, interpreter=py_path, requires=str(recipe.python_requires)
@@ -221,6 +214,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         cmake_min=recipe.cmake_min,
         warnings=tuple(warnings + deps_warnings + patch_warnings(patches, options)),
     )
+    return dataclasses.replace(planned, expected=_expected_cost(builds_like(planned)))
 
 
 def _target_note(
@@ -239,25 +233,11 @@ def _target_note(
     )
 
 
-def _expected_cost(
-    wheel_dir: Path,
-    wheel_version: str,
-    arch: str,
-    build_type: str,
-    precompiled: bool,
-    torch_headers: str,
-) -> ExpectedCost | None:
+def _expected_cost(builds: list[EarlierBuild]) -> ExpectedCost | None:
     """What the costliest earlier build like this one cost (plan/earlier.py), so the plan never
     promises too little."""
     seen = []
-    for build in earlier_builds(
-        wheel_dir,
-        wheel_version,
-        arch=arch,
-        build_type=build_type,
-        precompiled=precompiled,
-        torch_headers=torch_headers,
-    ):
+    for build in builds:
         cpu, wall = build.figure("compile", "cpu_seconds"), build.figure("compile", "seconds")
         if cpu is not None and wall is not None:
             seen.append(ExpectedCost(cpu_seconds=cpu, wall_seconds=wall, manifest=build.manifest))
