@@ -2,9 +2,11 @@
 #
 # Passed by the plan as -DCMAKE_PROJECT_vllm_extensions_INCLUDE=<this file> (vLLM's top project
 # is vllm_extensions), with either or both of:
-# -DVCB_TORCH_LEAN=<folder>: the folder holding the toolkit's lean <torch/all.h>
-#   (toolchain/data/torch-lean) goes first on the include path of every library of the top
-#   folder, so its units compile ATen and torch's library header, not torch's whole C++ frontend.
+# -DVCB_TORCH_LEAN=<folder>: the folder holding the toolkit's lean <torch/all.h> (the compile
+#   step's copy of toolchain/data/torch-lean in the build folder) goes first on the include path
+#   of every library of the top folder, so its units compile ATen and torch's library, utils and
+#   version headers, not torch's whole C++ frontend. oneDNN's libraries, in a subfolder, do not
+#   get it.
 # -DVCB_PCH_TARGETS=_C,_C_AVX2,...: each listed library compiles <torch/all.h> once, not in each
 #   of its units: precompiled with the library's own flags (a tier's ISA included), included
 #   first by its units. A listed name that is no library compiled here (not defined, an alias,
