@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -47,6 +48,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("network"):
             item.add_marker(skip)
+
+
+# The integration tests that install the real torch wheel take about 1 GB each of the temp folder
+# while they run (pyproject.toml keeps only failed tests' folders): a run needs this much free.
+TEMP_NEED = 2 * 1024**3
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A temp folder too full for the tests that do real work stops the run with one clear
+    message, not hundreds of errors from the tests after the one that filled it."""
+    if not any(item.get_closest_marker(m) for item in session.items for m in REAL_WORK_MARKERS):
+        return
+    temp = Path(session.config.option.basetemp or tempfile.gettempdir())
+    while not temp.exists():
+        temp = temp.parent
+    free = shutil.disk_usage(temp).free
+    if free < TEMP_NEED:
+        pytest.exit(
+            f"only {free / 1024**3:.1f} GiB free in {temp}; the tests that do real work need "
+            f"{TEMP_NEED / 1024**3:.0f} GiB there: free some space, point TMPDIR elsewhere, "
+            "or run the unit tests alone (tests/unit)",
+            returncode=1,
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -59,10 +59,10 @@ def cmd_install_command(args: argparse.Namespace) -> int:
     from toolchain.detect.host import detect_host
     from toolchain.options import publish_options
     from toolchain.publish.install_command import plan_install, plan_uv_install
-    from toolchain.publish.pip_config import python_prefix, read_pip_config
     from toolchain.targets import load_catalog
     from toolchain.util import run
     from toolchain.util.index_env import secret_indexes_to_env, with_env
+    from toolchain.util.pip_config import python_prefix, read_pip_config
 
     options = publish_options(settings_values(args))
     index_dir = options.index_dir

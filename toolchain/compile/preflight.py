@@ -3,10 +3,10 @@
 
 Checked on this machine, whatever machine the plan describes: the vLLM source (cache, mirror or
 index), each third-party archive with its hash (mirror, or GitHub for cmake), torch (a
---find-links folder or its index), the programs the build runs that nothing provisions (patch,
-patchelf), room on the disk for the build tree, and the folders the build writes into. Nothing is
-created or downloaded: a folder still to be made counts as writable when its nearest existing
-parent is.
+--find-links folder, a local find-links folder of pip's own configuration, or its index), the
+programs the build runs that nothing provisions (patch, patchelf), room on the disk for the build
+tree, and the folders the build writes into. Nothing is created or downloaded: a folder still to
+be made counts as writable when its nearest existing parent is.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from toolchain.plan.buildplan import BuildPlan, Dependency
 from toolchain.plan.earlier import builds_like
 from toolchain.util.files import sha256_file, tar_sha256
 from toolchain.util.net import github_reachable, reachable
+from toolchain.util.pip_config import python_prefix, read_pip_config
 from toolchain.util.run import INSTALL_HINTS, own_scripts_first
 from toolchain.util.source_lock import read_lock
 from toolchain.util.units import GIB
@@ -166,11 +167,11 @@ def _archive_check(plan: BuildPlan, dep: Dependency) -> Check:
     )  # fmt: skip
 
 
-def _torch_wheels(plan: BuildPlan) -> list[Path]:
-    """The wheels in the --find-links folders that satisfy the plan's torch pin."""
+def _torch_wheels(plan: BuildPlan, folders: tuple[Path, ...]) -> list[Path]:
+    """The wheels in `folders` that satisfy the plan's torch pin."""
     wanted = SpecifierSet(f"=={plan.torch.version}")
     found = []
-    for folder in plan.torch.find_links:
+    for folder in folders:
         for wheel in sorted(folder.glob("torch-*.whl")) if folder.is_dir() else []:
             try:
                 version = parse_wheel_filename(wheel.name)[1]
@@ -181,17 +182,36 @@ def _torch_wheels(plan: BuildPlan) -> list[Path]:
     return found
 
 
+def _configured_folders(plan: BuildPlan) -> tuple[tuple[Path, ...], str]:
+    """The local find-links folders of pip's own configuration, which the build's pip reads too,
+    and where they were set."""
+    try:
+        config = read_pip_config(os.environ, python_prefix(plan.paths.venv_python))
+    except UsageError:  # the build's pip refuses that file too; the build says so
+        return (), ""
+    links = [link.removeprefix("file://") for link in config.find_links]
+    return tuple(Path(link) for link in links if "://" not in link), config.origin("find-links")
+
+
 def _torch_check(plan: BuildPlan) -> Check:
     torch = plan.torch
-    wheels = _torch_wheels(plan)
+    wheels = _torch_wheels(plan, torch.find_links)
     if wheels:
         return Check(what=torch.requirement, ok=True, detail=f"in --find-links: {wheels[0].name}")
+    folders, origin = _configured_folders(plan)
+    if wheels := _torch_wheels(plan, folders):
+        return Check(
+            what=torch.requirement,
+            ok=True,
+            detail=f"in pip's find-links ({origin}): {wheels[0].name}",
+        )
     if reachable(torch.index_url):
         return Check(what=torch.requirement, ok=True, detail=f"from {torch.index_url} (answers)")
     return Check(
         what=torch.requirement,
         ok=False,
-        detail=f"not in a --find-links folder, and {torch.index_url} does not answer",
+        detail=f"not in a --find-links folder, pip's own included, and {torch.index_url} "
+        "does not answer",
         fix=f"pip download --no-deps '{torch.requirement}' --index-url {torch.index_url} "
         f"--python-version {plan.python.version} --only-binary :all: -d DIR on a connected "
         "machine, then --find-links DIR",

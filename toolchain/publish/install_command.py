@@ -30,7 +30,6 @@ from toolchain.publish.install_index import (
     runnable_indexes,
     served_wheels,
 )
-from toolchain.publish.pip_config import PipConfig
 from toolchain.publish.public_sources import PublicSources
 from toolchain.publish.served import (
     Wheels,
@@ -43,6 +42,7 @@ from toolchain.publish.served import (
 from toolchain.runtime_deps import PipSources, RuntimePlan, plan_requirements
 from toolchain.targets import TargetCatalog
 from toolchain.util.index_env import CREDENTIALS_NOTE, shown_command
+from toolchain.util.pip_config import PipConfig
 
 NO_SOURCES = PipSources()  # pip's own configuration only
 NO_PIP_CONFIG = PipConfig()

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from toolchain.publish.pip_config import PipConfig
 from toolchain.runtime_deps import PipSources, RuntimePlan
 from toolchain.settings import PYPI_SIMPLE
+from toolchain.util.pip_config import PipConfig
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,7 +25,7 @@ from toolchain.errors import NotReadyError
 from toolchain.plan.buildplan import BuildPlan
 from toolchain.plan.planner import BuildOptions, plan_build
 from toolchain.plan.recipes import load_recipe
-from toolchain.util import run
+from toolchain.util import pip_config, run
 from toolchain.util.files import disk_bytes
 from toolchain.util.units import GIB, MIB
 
@@ -137,6 +137,30 @@ def test_torch_from_a_find_links_folder_of_the_pinned_version(make_plan, tmp_pat
     (folder / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
     check = by_what(readiness(plan, options))["torch==2.13.0+cpu"]
     assert check.ok and "torch-2.13.0+cpu-cp311" in check.detail
+
+
+def test_torch_from_the_find_links_of_pips_own_configuration(
+    make_plan, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build's pip reads pip's configuration (a farm's pip.conf, PIP_FIND_LINKS): a wheel
+    there is no missing need."""
+    folder = tmp_path / "farm-wheels"
+    folder.mkdir()
+    (folder / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    options = BuildOptions(work_dir=tmp_path / "work")
+    plan = make_plan(options)
+    monkeypatch.setattr(pip_config, "SYSTEM_DIR", tmp_path / "etc")
+    monkeypatch.setenv("XDG_CONFIG_DIRS", str(tmp_path / "xdg"))
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\nfind-links = https://wheels.internal/ file://{folder}\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    check = by_what(readiness(plan, options))["torch==2.13.0+cpu"]
+    assert check.ok
+    assert check.detail == f"in pip's find-links ({conf} [global]): {next(folder.iterdir()).name}"
+
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "elsewhere"))  # beats the file, as in pip
+    check = by_what(readiness(plan, options))["torch==2.13.0+cpu"]
+    assert not check.ok and "pip's own included" in check.detail
 
 
 def test_the_disk_need_is_learned_from_an_earlier_build(

@@ -14,10 +14,11 @@ import pytest
 
 from toolchain.cli import main
 from toolchain.errors import UsageError
-from toolchain.publish import pip_config, wheel_variants
+from toolchain.publish import wheel_variants
 from toolchain.publish.index import publish_index
 from toolchain.publish.install_command import plan_install, plan_uv_install
-from toolchain.publish.pip_config import PipConfig, read_pip_config
+from toolchain.util import pip_config
+from toolchain.util.pip_config import PipConfig, read_pip_config
 
 HOST = {"avx2": True, "f16c": True}
 V3_HOST = dict.fromkeys(wheel_variants.V3, True)
