@@ -28,8 +28,11 @@ SETTINGS_FILE = "pyproject.toml"  # in the folder a command runs from
 
 # the commands that build: each takes every build setting
 BUILD = ("plan", "build-wheel", "fetch-sources", "provision-toolchain")
-# vLLM's CMAKE_BUILD_TYPE choices that make a wheel to ship (oneDNN is always Release)
-BUILD_TYPES = ("Release", "RelWithDebInfo")
+# vLLM's CMAKE_BUILD_TYPE choices that make a wheel to ship (oneDNN is always Release), each
+# with the optimisation level CMake gives it
+BUILD_TYPE_LEVEL = {"Release": "O3", "RelWithDebInfo": "O2"}
+BUILD_TYPES = tuple(BUILD_TYPE_LEVEL)
+OPT_LEVELS = ("O2", "O3")
 TORCH_HEADERS = ("lean", "full")
 
 
@@ -236,6 +239,17 @@ SETTINGS = (
         help="CMAKE_BUILD_TYPE of vLLM's own kernels: Release, or RelWithDebInfo (its debug "
         "info goes into a separate .debug.tar.gz beside the wheel)",
         default_text="Release",
+    ),
+    Setting(
+        name="opt_level",
+        commands=BUILD,
+        choices=OPT_LEVELS,
+        default="O2",
+        help="GCC's optimisation level of vLLM's own libraries, whatever the build type: O2, "
+        "the level upstream's default build (RelWithDebInfo) compiles them at, or O3, CMake's "
+        "Release level (more CPU-seconds, other code: docs/benchmarks.md); oneDNN keeps the "
+        "-O3 vLLM's CMake gives it",
+        default_text="O2",
     ),
     Setting(
         name="torch_headers",

@@ -255,19 +255,20 @@ def test_debug_info_goes_into_a_separate_archive(
     shutil.which("g++") is None or not Path("/usr/include/numa.h").is_file(),
     reason="needs g++ and libnuma-dev (.ci/run installs them)",
 )
-def test_torch_headers_the_cmake_never_took_are_said_and_not_recorded(
+def test_headers_and_a_level_the_cmake_never_took_are_said_and_not_recorded(
     fake_release: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The fake release's top project is not vllm_extensions: kernel-headers.cmake never runs."""
+    """The fake release's top project is not vllm_extensions: vllm-libraries.cmake never runs."""
     assert main(_build_args(fake_release, "--jobs", "1", "--precompiled-headers")) == 0
     out = capsys.readouterr().out
     assert "no lean <torch/all.h> for _C, _C_AVX512, _C_AVX2: vLLM's CMake never read" in out
     assert "no precompiled torch headers for _C, _C_AVX512, _C_AVX2" in out
-    assert "never read kernel-headers.cmake (is its top project vllm_extensions?)" in out
+    assert "never read vllm-libraries.cmake (is its top project vllm_extensions?)" in out
+    assert "compiled at CMake's level for Release, not -O2" in out
     (wheel,) = fake_release["wheels"].glob("*.whl")
     sidecar = json.loads((wheel.parent / f"{wheel.name}.manifest.json").read_text())
     assert sidecar["precompiled_headers"] == [] and sidecar["lean_torch_headers"] == []
-    assert sidecar["torch_headers"] == "full"
+    assert sidecar["torch_headers"] == "full" and sidecar["opt_level"] == "O3"
 
 
 def test_missing_mirror_file_stops_before_compiling(

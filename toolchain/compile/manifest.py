@@ -72,6 +72,7 @@ def manifest(build: BuildRun, wheel_name: str) -> dict[str, Any]:
         "dropped_requirements": [dataclasses.asdict(d) for d in plan.dropped_requirements],
         "patches": [{"file": p.file.name, "sha256": p.sha256} for p in plan.patches],
         "build_type": plan.build_type,
+        "opt_level": build.facts.opt_level,
         "kernel_tiers": list(plan.kernel_tiers),
         "onednn_isa": plan.onednn_isa,
         "onednn_prune": plan.onednn_prune and plan.onednn_prune.record(),

@@ -34,6 +34,7 @@ class BuildFacts:
     target_torch: dict[str, Any] | None = None  # a cross build: the torch wheel it built against
     precompiled_headers: tuple[str, ...] = ()  # the libraries the configure said it precompiled
     lean_torch_headers: tuple[str, ...] = ()  # those it said got the lean <torch/all.h>
+    opt_level: str | None = None  # GCC's level of vLLM's libraries, as the configure said
 
     @property
     def cache_used(self) -> bool:

@@ -47,6 +47,7 @@ from toolchain.plan.earlier import builds_like
 from toolchain.plan.recipes import OnednnPrune, Patch
 from toolchain.plan.switches import TORCH_LEAN, lean_header_dir
 from toolchain.runtime_deps import PipSources
+from toolchain.settings import BUILD_TYPE_LEVEL
 from toolchain.util import run
 from toolchain.util.datafile import parse_json
 from toolchain.util.files import MARKER as UNPACK_MARKER
@@ -405,19 +406,29 @@ def compile_step(build: BuildRun) -> None:
             "not honour VLLM_VERSION_OVERRIDE"
         )
     build.facts.built_wheel = wheels[0]
-    _check_headers(build)
+    _check_configured(build)
 
 
-# kernel-headers.cmake's status lines (vLLM's cmake output goes into the build log)
+# vllm-libraries.cmake's status lines (vLLM's cmake output goes into the build log)
+OPT_LINE = re.compile(r"vllm-cpu-builder: -(O\w+) for vLLM's libraries")
 LEAN_LINE = re.compile(r"vllm-cpu-builder: lean <torch/all\.h> for ([\w,]*)")
 PRECOMPILED_LINE = re.compile(r"vllm-cpu-builder: <torch/all\.h> precompiled for ([\w,]*)")
 
 
-def _check_headers(build: BuildRun) -> None:
-    """The manifest names the libraries that got the lean <torch/all.h> and those whose headers
-    were precompiled, as the last configure said, not as asked: vLLM's CMake may not have taken
-    the file at all (a top project not named vllm_extensions) or may lack a library."""
+def _check_configured(build: BuildRun) -> None:
+    """The manifest names the optimisation level of vLLM's libraries, those that got the lean
+    <torch/all.h> and those whose headers were precompiled, as the last configure said, not as
+    asked: vLLM's CMake may not have taken the file at all (a top project not named
+    vllm_extensions) or may lack a library."""
     plan, log = build.plan, build.log.read_text(errors="replace")
+    own = BUILD_TYPE_LEVEL.get(plan.build_type)
+    levels = OPT_LINE.findall(log) if plan.opt_level != own else []  # only then passed
+    build.facts.opt_level = levels[-1] if levels else own
+    if not levels and plan.opt_level != own:
+        reporter.warning(
+            f"vLLM's libraries compiled at CMake's level for {plan.build_type}, not "
+            f"-{plan.opt_level}: vLLM's CMake never read vllm-libraries.cmake"
+        )
     if plan.torch_headers == "lean":
         build.facts.lean_torch_headers = _configured(
             log, LEAN_LINE, plan.kernel_tiers or ("_C",), "lean <torch/all.h>"
@@ -439,7 +450,7 @@ def _configured(
     if missing:
         reporter.warning(
             f"no {what} for {', '.join(missing)}: "
-            + ("vLLM's CMake never read kernel-headers.cmake (is its top project vllm_extensions?)"
+            + ("vLLM's CMake never read vllm-libraries.cmake (is its top project vllm_extensions?)"
                if not found else "vLLM's CMake defines no such library")
         )  # fmt: skip
     return done

@@ -168,6 +168,7 @@ class BuildPlan:
     precompiled_headers: tuple[str, ...]  # the kernel libraries that compile torch's once
     torch_headers: str  # lean: vLLM's libraries get the toolkit's <torch/all.h>; full: torch's
     build_type: str
+    opt_level: str  # GCC's -O level of vLLM's own libraries (O2, O3)
     expected: ExpectedCost | None
     wheel_version: str
     python: PythonChoice

@@ -67,6 +67,7 @@ def cache_env(
 PCH_SLOPPINESS = {"CCACHE_SLOPPINESS": "pch_defines,time_macros"}
 LAUNCHER_CCACHE = {"CMAKE_C_COMPILER_LAUNCHER": "ccache", "CMAKE_CXX_COMPILER_LAUNCHER": "ccache"}
 NO_SCCACHE = {"VLLM_DISABLE_SCCACHE": "1"}
+NO_SECOND_CPP = {"CCACHE_NOCPP2": "1"}
 
 
 def _pch_sloppiness() -> dict[str, str]:
@@ -106,9 +107,14 @@ def dist_plan(options: BuildOptions, warnings: list[str]) -> DistPlan | None:
 
 def _ccache_env(options: BuildOptions, build_dir: Path, precompiled: bool) -> dict[str, str]:
     # Hits across build folders and rebuilt venvs: paths relative to the build folder, the
-    # compiler judged by its content, not its mtime.
+    # compiler judged by its content, not its mtime. On a miss ccache has already preprocessed
+    # the unit for its key: the compiler gets that output, not the source to preprocess again
+    # (run_second_cpp false; the same objects, docs/benchmarks.md), unless the user's own
+    # CCACHE_CPP2 says otherwise. A precompiled header is read only by a compile of the source.
+    second_cpp = precompiled or "CCACHE_CPP2" in os.environ
     return {
         **(_pch_sloppiness() if precompiled else {}),
+        **({} if second_cpp else NO_SECOND_CPP),
         "CCACHE_DIR": str(options.work_dir / "ccache"),
         "CCACHE_BASEDIR": str(build_dir),
         "CCACHE_NOHASHDIR": "true",

@@ -28,7 +28,7 @@ from toolchain.plan.sources import plan_source
 from toolchain.plan.steps import patch_steps, venv_steps
 from toolchain.plan.switches import NINJA_STATUS
 from toolchain.plan.target import runs_on
-from toolchain.settings import PYPI_SIMPLE
+from toolchain.settings import BUILD_TYPE_LEVEL, PYPI_SIMPLE
 from toolchain.targets import IsaModel, Target
 from toolchain.util.units import MIB
 
@@ -69,6 +69,7 @@ def plan_darwin(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         precompiled_headers=(),
         torch_headers="full",  # the lean header is not planned on a Mac yet
         build_type=options.build_type,
+        opt_level=BUILD_TYPE_LEVEL[options.build_type],  # vllm-libraries.cmake is not passed
         expected=None,
         wheel_version=wheel_version,
         python=python,
@@ -111,6 +112,10 @@ def _ignored(options: BuildOptions) -> list[str]:
         )
         == "lean"
         and options.origins.get("torch_headers", "default") != "default",
+        "--opt-level (not planned on a Mac yet: the build type's own level)": options.origins.get(
+            "opt_level", "default"
+        )
+        != "default",
     }
     return [f"{what} is ignored for a macOS plan" for what, given in named.items() if given]
 

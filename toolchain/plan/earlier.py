@@ -2,9 +2,10 @@
 
 The plan's expected cost, the preflight's disk need and the compile's ETA are each learned from
 them, and only from builds of the same wheel version (release and target), target architecture,
-build type, precompiled-header and torch-header settings: a `RelWithDebInfo` tree is about twice
-a `Release` one, a build with precompiled headers is cheaper but holds three 0.7 GB headers more,
-the lean <torch/all.h> saves about 8 CPU-seconds per kernel unit (docs/benchmarks.md), and
+build type, optimisation level, precompiled-header and torch-header settings: a `RelWithDebInfo`
+tree is about twice a `Release` one, `-O2` kernels cost fewer CPU-seconds than `-O3` ones, a
+build with precompiled headers is cheaper but holds three 0.7 GB headers more, the lean
+<torch/all.h> saves about 8 CPU-seconds per kernel unit (docs/benchmarks.md), and
 `portable` names an x86 and an Arm target. A manifest that names no
 build type (none that records these figures) or is unreadable is passed over. Not told apart yet:
 a macOS and a Linux aarch64 build of the same target (no macOS build has been made).
@@ -20,6 +21,7 @@ from typing import Any
 
 from toolchain.errors import DataFileError
 from toolchain.plan.buildplan import BuildPlan
+from toolchain.settings import BUILD_TYPE_LEVEL
 from toolchain.util.datafile import load_json
 
 
@@ -57,6 +59,7 @@ def earlier_builds(
     *,
     arch: str,
     build_type: str,
+    opt_level: str,
     precompiled: bool,
     torch_headers: str,
 ) -> list[EarlierBuild]:
@@ -70,13 +73,15 @@ def earlier_builds(
             like = (
                 record.get("target_arch", arch),
                 built_as,
+                # a manifest from before the level was set: its build type's own
+                record.get("opt_level") or BUILD_TYPE_LEVEL.get(built_as),
                 bool(record.get("precompiled_headers")),
                 # a manifest from before the lean header was a build with torch's own
                 record.get("torch_headers", "full"),
             )
         except (DataFileError, AttributeError):
             continue
-        if like == (arch, build_type, precompiled, torch_headers):
+        if like == (arch, build_type, opt_level, precompiled, torch_headers):
             found.append(EarlierBuild(path.name, record))
     return found
 
@@ -88,6 +93,7 @@ def builds_like(plan: BuildPlan) -> list[EarlierBuild]:
         plan.wheel_version,
         arch=plan.arch,
         build_type=plan.build_type,
+        opt_level=plan.opt_level,
         precompiled=bool(plan.precompiled_headers),
         torch_headers=plan.torch_headers,
     )

@@ -30,6 +30,7 @@ from toolchain.plan.switches import (
     require_switch,
 )
 from toolchain.plan.target import choose_target, runs_on, target_arch
+from toolchain.settings import BUILD_TYPE_LEVEL
 from toolchain.targets import IsaModel, Target
 
 
@@ -130,6 +131,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
     prune = onednn_prune(recipe, target, options.source_dir, warnings, patches, acl)
     precompiled = precompiled_libraries(target, options, warnings)
     torch_headers = options.get("torch_headers", str)
+    opt_level = options.get("opt_level", str)
     env = {
         "VLLM_TARGET_DEVICE": "cpu",
         **jobs.env(),
@@ -145,6 +147,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
             acl,
             precompiled,
             lean=torch_headers == "lean",
+            opt_level=None if opt_level == BUILD_TYPE_LEVEL[options.build_type] else opt_level,
         ),
         "CC": compiler.cc,
         "CXX": compiler.cxx,
@@ -180,6 +183,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         precompiled_headers=precompiled,
         torch_headers=torch_headers,
         build_type=options.build_type,
+        opt_level=opt_level,
         expected=None,  # below: what earlier builds like this plan cost
         wheel_version=wheel_version,
         python=PythonChoice(

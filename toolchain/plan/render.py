@@ -107,4 +107,7 @@ def _kernels(plan: BuildPlan) -> str:
     headers = "the lean <torch/all.h>" if plan.torch_headers == "lean" else "torch's own all.h"
     if plan.precompiled_headers:
         headers += f", precompiled once for {', '.join(plan.precompiled_headers)}"
-    return f"{tiers}; {onednn}; vLLM's kernels built {plan.build_type} with {headers}"
+    return (
+        f"{tiers}; {onednn}; vLLM's kernels built {plan.build_type} at -{plan.opt_level} "
+        f"with {headers}"
+    )

@@ -20,7 +20,7 @@ from toolchain.targets import ONEDNN_GEMM_ISAS, IsaModel, Target
 NINJA_STATUS = "[%f/%t] "
 DATA = Path(str(resources.files("toolchain") / "data"))
 PRUNE_CMAKE, POOLS_CMAKE = DATA / "prune-onednn.cmake", DATA / "job-pools.cmake"
-HEADERS_CMAKE, TORCH_LEAN = DATA / "kernel-headers.cmake", DATA / "torch-lean"
+LIBRARIES_CMAKE, TORCH_LEAN = DATA / "vllm-libraries.cmake", DATA / "torch-lean"
 # the cache entries the includes the toolkit passes set, unset first (cmake -U, in order)
 FORGET = (
     "-UCMAKE_PROJECT_INCLUDE",
@@ -79,12 +79,13 @@ def cmake_args(
     acl: bool | None,
     precompiled: tuple[str, ...],
     lean: bool,
+    opt_level: str | None,
 ) -> dict[str, str]:
     """CMAKE_ARGS: a cross build's toolchain file, oneDNN limited to the target's ISA (and on
     Arm without ACL when the mirror has none), the oneDNN units it never links left out (the
     list as the recipe was loaded, written into the build folder by the compile step), the
-    units put into the job pools, vLLM's libraries given the lean <torch/all.h> and those
-    that precompile it."""
+    units put into the job pools, vLLM's libraries given the lean <torch/all.h>, those
+    that precompile it, and their optimisation level when it is not their build type's own."""
     # vLLM's configure reuses the build folder's CMakeCache.txt: what an earlier plan of this
     # folder set and this one does not (a prune list the recipe dropped, job pools) would stay
     args = [*FORGET, *(cross_cmake_args(cross) if cross else [])]
@@ -103,8 +104,10 @@ def cmake_args(
         ]
     if jobs.pools:
         args += jobs.pool_cmake_args(no_space(POOLS_CMAKE))
-    if lean or precompiled:
-        args.append(f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={no_space(HEADERS_CMAKE)}")
+    if lean or precompiled or opt_level:
+        args.append(f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={no_space(LIBRARIES_CMAKE)}")
+    if opt_level:
+        args.append(f"-DVCB_OPT_LEVEL=-{opt_level}")
     if lean:
         args.append(f"-DVCB_TORCH_LEAN={no_space(lean_header_dir(recipe_files))}")
     if precompiled:
@@ -115,7 +118,7 @@ def cmake_args(
 def precompiled_libraries(
     target: Target, options: BuildOptions, warnings: list[str]
 ) -> tuple[str, ...]:
-    """The kernel libraries that compile <torch/all.h> once (kernel-headers.cmake), not in each of
+    """The kernel libraries that compile <torch/all.h> once (vllm-libraries.cmake), not in each of
     their units: every one the target builds when the user asks, unless the units compile on
     sccache-dist's build servers (precompiling here would only add work here). Not the default:
     the kernels' code is then not byte for byte the same (docs/benchmarks.md)."""

@@ -24,6 +24,7 @@ from toolchain.compile.progress import (
     step_summary,
 )
 from toolchain.plan.earlier import earlier_builds
+from toolchain.settings import BUILD_TYPE_LEVEL
 
 
 @pytest.mark.parametrize(
@@ -150,6 +151,7 @@ def _learned(
         version,
         arch="x86_64",
         build_type=build_type,
+        opt_level=BUILD_TYPE_LEVEL[build_type],  # manifests from before the level
         precompiled=precompiled,
         torch_headers=torch_headers,
     )

@@ -201,7 +201,7 @@ def test_the_lean_header_is_written_where_cmake_args_name_it(
     assert written.is_relative_to(build.plan.paths.build_dir)
 
 
-def test_the_manifest_names_the_libraries_the_last_configure_gave_the_torch_headers(
+def test_the_manifest_names_the_level_and_the_libraries_the_last_configure_gave_headers(
     build_of: Callable[..., BuildRun], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """As the configure said, not as planned: its last status lines win."""
@@ -211,8 +211,11 @@ def test_the_manifest_names_the_libraries_the_last_configure_gave_the_torch_head
         "-- vllm-cpu-builder: lean <torch/all.h> for _C\n"
         "-- vllm-cpu-builder: lean <torch/all.h> for dnnl_ext,_C,_C_AVX512,_C_AVX2\n"
         "-- vllm-cpu-builder: <torch/all.h> precompiled for _C,_C_AVX2\n"
+        "-- vllm-cpu-builder: -O3 for vLLM's libraries: CMAKE_CXX_FLAGS_RELEASE -O3 -DNDEBUG\n"
+        "-- vllm-cpu-builder: -O2 for vLLM's libraries: CMAKE_CXX_FLAGS_RELEASE -O2 -DNDEBUG\n"
     )
-    steps_module._check_headers(build)
+    steps_module._check_configured(build)
+    assert build.facts.opt_level == "O2"
     assert build.facts.lean_torch_headers == ("dnnl_ext", "_C", "_C_AVX512", "_C_AVX2")
     assert build.facts.precompiled_headers == ("_C", "_C_AVX2")
     out = capsys.readouterr().out
@@ -220,5 +223,9 @@ def test_the_manifest_names_the_libraries_the_last_configure_gave_the_torch_head
     assert "no precompiled torch headers for _C_AVX512: vLLM's CMake defines no such library" in out
     full = build_of(settings={**BuildOptions().settings, "torch_headers": "full"})
     full.log.write_text("-- vllm-cpu-builder: lean <torch/all.h> for _C\n")
-    steps_module._check_headers(full)  # not asked for: not read
-    assert full.facts.lean_torch_headers == () and "no lean" not in capsys.readouterr().out
+    steps_module._check_configured(full)  # not asked for: not read
+    out = capsys.readouterr().out
+    assert full.facts.lean_torch_headers == () and "no lean" not in out
+    # no level said: the build type's own, and a warning when another was asked for
+    assert full.facts.opt_level == "O3"
+    assert "compiled at CMake's level for Release, not -O2" in out

@@ -173,7 +173,7 @@ def test_settings_a_mac_plan_cannot_use_are_said_to_be_ignored(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["--vllm", "0.32.0", "--cxx", "g++-14", "--allow-cuda-torch", "--precompiled-headers",
-            "--torch-headers", "lean"]  # fmt: skip
+            "--torch-headers", "lean", "--opt-level", "O2"]  # fmt: skip
     assert main([*plan(tmp_path, M2, argv), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["compiler"]["cxx"] == "/usr/bin/clang++"
@@ -183,8 +183,11 @@ def test_settings_a_mac_plan_cannot_use_are_said_to_be_ignored(
         "--allow-cuda-torch",
         "--precompiled-headers",
         "--torch-headers lean",
+        "--opt-level",
     ]
     assert data["torch"]["requirement"] == "torch==2.13.0" and data["torch_headers"] == "full"
-    # the lean header by default is not the user's word: nothing said
+    assert data["opt_level"] == "O3"  # Release's own
+    # the lean header and -O2 by default are not the user's word: nothing said
     assert main([*plan(tmp_path, M2, ["--vllm", "0.32.0"]), "--json"]) == 0
-    assert not any("--torch-headers" in w for w in json.loads(capsys.readouterr().out)["warnings"])
+    warned = json.loads(capsys.readouterr().out)["warnings"]
+    assert not any("--torch-headers" in w or "--opt-level" in w for w in warned)

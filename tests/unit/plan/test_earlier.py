@@ -16,7 +16,7 @@ def _write(folder: Path, name: str, record: object, version: str = WHEEL) -> str
     return path.name
 
 
-def test_only_builds_of_the_same_wheel_arch_build_type_and_header_setting_are_like_this_one(
+def test_only_builds_of_the_same_wheel_arch_build_type_level_and_headers_are_like_this_one(
     tmp_path: Path,
 ) -> None:
     env_named = _write(tmp_path, "a", {"env": {"CMAKE_BUILD_TYPE": "Release"}})
@@ -29,20 +29,34 @@ def test_only_builds_of_the_same_wheel_arch_build_type_and_header_setting_are_li
     _write(tmp_path, "h", "{not json")
     _write(tmp_path, "i", ["a", "list"])  # JSON, but no manifest
     lean = _write(tmp_path, "j", {"build_type": "Release", "torch_headers": "lean"})
+    at_o2 = _write(tmp_path, "k", {"build_type": "Release", "opt_level": "O2"})
 
     def like(
-        arch: str = "x86_64", build_type: str = "Release", pch: bool = False, torch: str = "full"
+        arch: str = "x86_64",
+        build_type: str = "Release",
+        level: str = "O3",
+        pch: bool = False,
+        torch: str = "full",
     ) -> list[str]:
         found = earlier_builds(
-            tmp_path, WHEEL, arch=arch, build_type=build_type, precompiled=pch, torch_headers=torch
+            tmp_path,
+            WHEEL,
+            arch=arch,
+            build_type=build_type,
+            opt_level=level,
+            precompiled=pch,
+            torch_headers=torch,
         )
         return [b.manifest for b in found]
 
-    # a manifest that names no torch headers was a build with torch's own
+    # a manifest that names no torch headers was a build with torch's own, one that names no
+    # level was at its build type's own
     assert like() == [env_named, key_named]
+    assert like(level="O2") == [at_o2]
     assert like(torch="lean") == [lean]
     assert like(pch=True) == [with_headers]
-    assert like(build_type="RelWithDebInfo") == [debug_info]
+    assert like(build_type="RelWithDebInfo", level="O2") == [debug_info]
+    assert like(build_type="RelWithDebInfo") == []
     assert like(arch="aarch64") == [env_named, arm]  # a manifest that names no arch: any
     nowhere = tmp_path / "none"
     assert (
@@ -51,6 +65,7 @@ def test_only_builds_of_the_same_wheel_arch_build_type_and_header_setting_are_li
             WHEEL,
             arch="x86_64",
             build_type="Release",
+            opt_level="O2",
             precompiled=False,
             torch_headers="lean",
         )

@@ -14,7 +14,7 @@ from toolchain.errors import PlanError
 from toolchain.plan.planner import BuildOptions, plan_build
 from toolchain.plan.recipes import load_recipe
 from toolchain.plan.render import render_plan
-from toolchain.plan.switches import FORGET, HEADERS_CMAKE, PRUNE_CMAKE, lean_header_dir
+from toolchain.plan.switches import FORGET, LIBRARIES_CMAKE, PRUNE_CMAKE, lean_header_dir
 
 from .test_plan import FULL_TORCH_HEADERS, PRECOMPILED_HEADERS, RECIPES, SAVED, _run, host_of, plan  # noqa: F401  (host_of is a fixture)
 
@@ -65,9 +65,12 @@ def test_every_x86_target_of_the_one_wheel_era(
         assert "without the 184 units it never links" in render_plan(result)
     else:
         assert result.onednn_prune is None
-    # vLLM's libraries get the lean <torch/all.h>
+    # vLLM's libraries get -O2 and the lean <torch/all.h>
     lean = lean_header_dir(result.paths.recipe_files)
-    lean_args = f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={HEADERS_CMAKE} -DVCB_TORCH_LEAN={lean}"
+    lean_args = (
+        f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={LIBRARIES_CMAKE} -DVCB_OPT_LEVEL=-O2 "
+        f"-DVCB_TORCH_LEAN={lean}"
+    )
     # what an earlier plan of the same build folder left in its cmake cache is unset first
     assert result.env.get("CMAKE_ARGS") == " ".join(
         [*FORGET, *expected_args.split(), *lean_args.split()]
@@ -163,12 +166,14 @@ def _manifest(
     build_type: str,
     precompiled: tuple[str, ...] = (),
     torch_headers: str | None = "lean",
+    opt_level: str | None = "O2",
 ) -> None:
     record = {
         "compile": {"cpu_seconds": cpu, "seconds": cpu / 2},
         "env": {"CMAKE_BUILD_TYPE": build_type},
         "precompiled_headers": list(precompiled),
         **({"torch_headers": torch_headers} if torch_headers else {}),
+        **({"opt_level": opt_level} if opt_level else {}),
     }
     (folder / f"{name}.manifest.json").write_text(json.dumps(record))
 
@@ -199,6 +204,10 @@ def test_the_plan_expects_what_the_last_build_of_the_same_wheel_cost(
     _manifest(
         wheels, stem.replace("cp311", "cp39"), cpu=3000.0, build_type="Release", torch_headers=None
     )
+    # dearer, at -O3 (so is a Release manifest from before the level): not like it
+    _manifest(
+        wheels, stem.replace("cp311", "cp37"), cpu=3000.0, build_type="Release", opt_level=None
+    )
     (wheels / f"{stem.replace('cp311', 'cp310')}.manifest.json").write_text("{not json")
     expected = plan(host_of("x86-zen4"), target="avx2", wheel_dir=wheels).expected
     assert expected is not None and expected.cpu_seconds == 2600.0
@@ -228,8 +237,10 @@ def test_a_prune_list_in_a_folder_with_a_space_is_refused(
     monkeypatch.setattr(switches_module, "PRUNE_CMAKE", Path("/opt/my tools/prune-onednn.cmake"))
     with pytest.raises(PlanError, match=r"has a space, which vLLM's setup\.py cannot pass"):
         plan(host_of("x86-zen4"), "0.32.0", target="avx2")
-    # an unpruned target with torch's own all.h passes no toolkit file to cmake
-    full = plan(host_of("x86-zen4"), "0.32.0", target="avx512", settings=FULL_TORCH_HEADERS)
+    # an unpruned target with torch's own all.h at its build type's level passes no toolkit
+    # file to cmake
+    own = {**FULL_TORCH_HEADERS, "opt_level": "O3"}
+    full = plan(host_of("x86-zen4"), "0.32.0", target="avx512", settings=own)
     assert "-DCMAKE_PROJECT" not in full.env.get("CMAKE_ARGS", "").replace("-UCMAKE_PROJECT", "")
 
 

@@ -21,7 +21,7 @@ from toolchain.errors import PlanError
 from toolchain.plan.planner import BuildOptions, plan_build
 from toolchain.plan.recipes import known_versions, load_recipe
 from toolchain.plan.render import render_plan
-from toolchain.plan.switches import HEADERS_CMAKE, TORCH_LEAN, lean_header_dir
+from toolchain.plan.switches import LIBRARIES_CMAKE, TORCH_LEAN, lean_header_dir
 from toolchain.util.compile_cache import parse_cache
 from toolchain.util.units import GIB
 
@@ -281,7 +281,7 @@ def test_vllms_libraries_get_the_lean_torch_header_unless_asked_for_torchs_own(
     default = plan(zen4, target="portable")
     args = default.env["CMAKE_ARGS"].split()
     assert default.torch_headers == "lean"
-    assert f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={HEADERS_CMAKE}" in args
+    assert f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={LIBRARIES_CMAKE}" in args
     # the compile step writes the header into the build folder, where ccache's base dir is
     lean = lean_header_dir(default.paths.recipe_files)
     assert f"-DVCB_TORCH_LEAN={lean}" in args and lean.is_relative_to(default.paths.build_dir)
@@ -289,9 +289,25 @@ def test_vllms_libraries_get_the_lean_torch_header_unless_asked_for_torchs_own(
     assert "with the lean <torch/all.h>" in render_plan(default)
     full = plan(zen4, target="portable", settings={**FULL_TORCH_HEADERS})
     assert full.torch_headers == "full"
-    assert "-DCMAKE_PROJECT_vllm_extensions_INCLUDE" not in full.env["CMAKE_ARGS"]
     assert "VCB_TORCH_LEAN" not in full.env["CMAKE_ARGS"]
     assert "with torch's own all.h" in render_plan(full)
+
+
+@pytest.mark.parametrize(("build_type", "level"), [("Release", "O2"), ("RelWithDebInfo", "O3")])
+def test_vllms_libraries_compile_at_the_level_asked_whatever_the_build_type(
+    host_of: Callable[..., Host], build_type: str, level: str
+) -> None:
+    """-O2 by default, upstream's default build's level; oneDNN keeps its own (CMake's side:
+    tests/integration/test_vllm_libraries.py)."""
+    zen4 = host_of("x86-zen4")
+    default = plan(zen4, target="portable")
+    assert default.opt_level == "O2" and default.build_type == "Release"
+    settings = {**BuildOptions().settings, "opt_level": level}
+    asked = plan(zen4, target="portable", build_type=build_type, settings=settings)
+    args = asked.env["CMAKE_ARGS"].split()
+    assert f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={LIBRARIES_CMAKE}" in args
+    assert f"-DVCB_OPT_LEVEL=-{level}" in args and asked.env["CMAKE_BUILD_TYPE"] == build_type
+    assert f"vLLM's kernels built {build_type} at -{level} with" in render_plan(asked)
 
 
 def test_kernel_libraries_compile_torchs_headers_once_when_asked(
@@ -304,7 +320,7 @@ def test_kernel_libraries_compile_torchs_headers_once_when_asked(
     assert "CCACHE_SLOPPINESS" not in default.env and default.precompiled_headers == ()
     portable = plan(zen4, target="portable", settings=PRECOMPILED_HEADERS)
     args = portable.env["CMAKE_ARGS"].split()
-    assert f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={HEADERS_CMAKE}" in args
+    assert f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={LIBRARIES_CMAKE}" in args
     assert "-DVCB_PCH_TARGETS=_C,_C_AVX512,_C_AVX2" in args
     # ccache caches no unit that includes a precompiled header without it
     assert portable.env["CCACHE_SLOPPINESS"] == "pch_defines,time_macros"
@@ -314,7 +330,7 @@ def test_kernel_libraries_compile_torchs_headers_once_when_asked(
     era = plan(zen4, "0.16.0", settings=PRECOMPILED_HEADERS)  # one _C
     assert "-DVCB_PCH_TARGETS=_C" in era.env["CMAKE_ARGS"].split()
     full = plan(zen4, target="portable", settings={**PRECOMPILED_HEADERS, "torch_headers": "full"})
-    assert f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={HEADERS_CMAKE}" in full.env["CMAKE_ARGS"]
+    assert f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={LIBRARIES_CMAKE}" in full.env["CMAKE_ARGS"]
     assert "VCB_TORCH_LEAN" not in full.env["CMAKE_ARGS"]
 
 
@@ -324,6 +340,17 @@ def test_the_users_own_ccache_sloppiness_is_kept(
     monkeypatch.setenv("CCACHE_SLOPPINESS", "include_file_mtime,time_macros")
     result = plan(host_of("x86-zen4"), target="portable", settings=PRECOMPILED_HEADERS)
     assert result.env["CCACHE_SLOPPINESS"] == "include_file_mtime,time_macros,pch_defines"
+
+
+def test_ccache_compiles_its_preprocessed_unit_unless_a_header_is_precompiled_or_told_not_to(
+    host_of: Callable[..., Host], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its run_second_cpp = false (tests/integration/test_vllm_libraries.py: the same objects)."""
+    zen4 = host_of("x86-zen4")
+    assert plan(zen4, target="portable").env["CCACHE_NOCPP2"] == "1"
+    assert "CCACHE_NOCPP2" not in plan(zen4, target="portable", settings=PRECOMPILED_HEADERS).env
+    monkeypatch.setenv("CCACHE_CPP2", "1")  # the user's own word
+    assert "CCACHE_NOCPP2" not in plan(zen4, target="portable").env
 
 
 def test_old_gxx_is_replaced_by_a_provisioned_one(

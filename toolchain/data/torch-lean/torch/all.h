@@ -2,7 +2,7 @@
 //
 // torch's own all.h also brings the C++ frontend for writing and training models (torch::nn,
 // optim, data, jit, autograd, serialize, ...), which no vLLM kernel uses and which costs about
-// 8 CPU-seconds in each unit that includes it (docs/benchmarks.md). kernel-headers.cmake puts
+// 8 CPU-seconds in each unit that includes it (docs/benchmarks.md). vllm-libraries.cmake puts
 // this folder first on the include path of every library of vLLM's top folder, so their units
 // get only what vLLM's sources use: ATen and the torch:: names of types.h, TORCH_LIBRARY,
 // utils.h (torch::set_num_threads, in vLLM's utils.cpp up to 0.16) and version.h (its macros,

@@ -1,7 +1,8 @@
-"""What vLLM's libraries compile of torch's headers (toolchain/data/kernel-headers.cmake): the
-lean <torch/all.h> and torch's headers precompiled once per kernel library. On a tiny CMake
-project named as vLLM's top project: two kernel libraries that include a `torch/all.h`, a helper
-library that does not, and a library in a subfolder (as oneDNN's are)."""
+"""How vLLM's libraries compile (toolchain/data/vllm-libraries.cmake): their optimisation level,
+the lean <torch/all.h> and torch's headers precompiled once per kernel library; and ccache
+compiling what it preprocessed. On a tiny CMake project named as vLLM's top project: two kernel
+libraries that include a `torch/all.h`, a helper library that does not, and a library in a
+subfolder (as oneDNN's are)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import CMAKE_PROJECT_MARKS
-from toolchain.plan.cache import LAUNCHER_CCACHE, PCH_SLOPPINESS
-from toolchain.plan.switches import FORGET, HEADERS_CMAKE, TORCH_LEAN
+from toolchain.plan.cache import LAUNCHER_CCACHE, NO_SECOND_CPP, PCH_SLOPPINESS
+from toolchain.plan.switches import FORGET, LIBRARIES_CMAKE, TORCH_LEAN
 
 pytestmark = CMAKE_PROJECT_MARKS
 
@@ -27,7 +28,9 @@ PROJECT = {
     "endforeach()\n"
     "target_compile_options(_C_AVX2 PRIVATE -mavx2)\n"
     "add_library(_C_ALIAS ALIAS _C)\nadd_library(_C_HEADERS INTERFACE)\n"
-    "add_subdirectory(onednn)\n",
+    # as vLLM's cpu_extension.cmake adds oneDNN's folder: built Release whatever the build type
+    "set(saved ${CMAKE_BUILD_TYPE})\nset(CMAKE_BUILD_TYPE Release)\n"
+    "add_subdirectory(onednn)\nset(CMAKE_BUILD_TYPE ${saved})\n",
     "include/torch/all.h": "#pragma once\n#include <map>\n#include <string>\n#include <vector>\n"
     "#include <torch/types.h>\n#include <torch/library.h>\n#include <torch/utils.h>\n"
     "#include <torch/version.h>\n"
@@ -44,7 +47,7 @@ PROJECT = {
     "onednn/CMakeLists.txt": "add_library(dnnl STATIC dnnl.cpp)\n",
     "onednn/dnnl.cpp": "int dnnl() { return 7; }\n",
 }
-INCLUDE = f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={HEADERS_CMAKE}"
+INCLUDE = f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={LIBRARIES_CMAKE}"
 LEAN = (INCLUDE, f"-DVCB_TORCH_LEAN={TORCH_LEAN}")
 PCH = (
     INCLUDE,
@@ -63,10 +66,15 @@ def source(tmp_path: Path) -> Path:
 
 
 def _configure(
-    source: Path, build: Path, *extra: str, env: dict[str, str] | None = None
+    source: Path,
+    build: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    build_type: str = "Release",
 ) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
-        ["cmake", "-S", source, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", *extra],
+        ["cmake", "-S", source, "-B", build, "-G", "Ninja", f"-DCMAKE_BUILD_TYPE={build_type}",
+         *extra],
         capture_output=True, text=True, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -86,6 +94,36 @@ def _commands(build: Path) -> list[str]:
     ).stdout.splitlines()
 
 
+def _unit(commands: list[str], name: str) -> str:
+    (unit,) = (c for c in commands if f"CMakeFiles/{name}.cpp.o -c " in c)
+    return unit
+
+
+@pytest.mark.parametrize(
+    ("build_type", "level", "flags"),
+    [("Release", "-O2", "-O2 -DNDEBUG"), ("RelWithDebInfo", "-O3", "-O3 -g -DNDEBUG")],
+)
+def test_the_top_folders_libraries_compile_at_the_planned_level_and_a_subfolders_at_its_own(
+    source: Path, tmp_path: Path, build_type: str, level: str, flags: str
+) -> None:
+    build = tmp_path / "build"
+    configured = _configure(
+        source, build, *FORGET, INCLUDE, f"-DVCB_OPT_LEVEL={level}", build_type=build_type
+    )
+    assert f"vllm-cpu-builder: {level} for vLLM's libraries: " in configured.stdout
+    commands = _commands(build)
+    own = "-O3 -DNDEBUG" if build_type == "Release" else "-O2 -g -DNDEBUG"
+    for name in ("_C.dir/ops", "_C_AVX2.dir/more_ops", "helper.dir/helper"):
+        unit = _unit(commands, name)
+        assert f" {flags} " in unit and own not in unit
+    # oneDNN's libraries, in a subfolder configured as Release, keep Release's flags
+    assert " -O3 -DNDEBUG " in _unit(commands, "dnnl.dir/dnnl")
+    # and a folder planned without a level gets CMake's own again
+    again = _configure(source, build, *FORGET, build_type=build_type)
+    assert "for vLLM's libraries" not in again.stdout
+    assert f" {own} " in _unit(_commands(build), "_C.dir/ops")
+
+
 def test_every_library_of_the_top_folder_gets_the_lean_header_first(
     source: Path, tmp_path: Path
 ) -> None:
@@ -94,7 +132,7 @@ def test_every_library_of_the_top_folder_gets_the_lean_header_first(
     assert "vllm-cpu-builder: lean <torch/all.h> for helper,_C,_C_AVX2\n" in configured.stdout
     commands = _commands(build)
     for name in ("_C.dir/ops", "_C_AVX2.dir/more_ops"):
-        (unit,) = (c for c in commands if f"CMakeFiles/{name}.cpp.o -c " in c)
+        unit = _unit(commands, name)
         assert unit.index(f"-I{TORCH_LEAN} ") < unit.index(f"-I{source}/include")
     assert any(f"-I{TORCH_LEAN} " in c for c in commands if "helper.dir/" in c)
     assert not any(str(TORCH_LEAN) in c for c in commands if "dnnl.dir/" in c)
@@ -167,3 +205,36 @@ def test_ccache_caches_the_units_only_with_the_plans_sloppiness(
     # two headers and four units per build; the helper's and the subfolder library's units have
     # no precompiled header
     assert int(counted["direct_cache_hit"]) + int(counted["preprocessed_cache_hit"]) == hits + 2
+
+
+@pytest.mark.skipif(not shutil.which("ccache"), reason="needs ccache")
+@pytest.mark.parametrize("build_type", ["Release", "RelWithDebInfo"])
+def test_ccache_compiles_what_it_preprocessed_into_the_same_objects(
+    source: Path, tmp_path: Path, build_type: str
+) -> None:
+    """The plan's ccache setting: on a miss the compiler gets ccache's preprocessed unit, not
+    the source to preprocess again, and makes the same objects, debug info included."""
+    objects = {}
+    build = tmp_path / "build"  # one folder, as a rebuild has: the debug info names it
+    for name, setting in (("second_cpp", {}), ("preprocessed", NO_SECOND_CPP)):
+        log = tmp_path / f"{name}.log"
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("CCACHE_")},
+            "CCACHE_DIR": str(tmp_path / f"{name}-ccache"),
+            "CCACHE_LOGFILE": str(log),
+            **setting,
+        }
+        launcher = [f"-D{key}={value}" for key, value in LAUNCHER_CCACHE.items()]
+        shutil.rmtree(build, ignore_errors=True)
+        _configure(source, build, *LEAN, *launcher, env=env, build_type=build_type)
+        subprocess.run(["ninja", "-C", build], env=env, check=True, capture_output=True)
+        # ccache's log names what it hands the compiler: its preprocessed .ii, or the source
+        lines = log.read_text().splitlines()
+        compiled = [line for line in lines if "Executing " in line and " -c " in line]
+        assert len(compiled) == 6
+        assert all(line.endswith(".ii") == bool(setting) for line in compiled)
+        objects[name] = {
+            path.relative_to(build): path.read_bytes() for path in build.rglob("*.cpp.o")
+        }
+    assert len(objects["preprocessed"]) == 6
+    assert objects["preprocessed"] == objects["second_cpp"]

@@ -1,7 +1,10 @@
-# vllm-cpu-builder: what vLLM's own libraries compile of torch's headers.
+# vllm-cpu-builder: how vLLM's own libraries compile: what of torch's headers, at which level.
 #
 # Passed by the plan as -DCMAKE_PROJECT_vllm_extensions_INCLUDE=<this file> (vLLM's top project
-# is vllm_extensions), with either or both of:
+# is vllm_extensions), with any of:
+# -DVCB_OPT_LEVEL=-O2: GCC's optimisation level of the libraries of the top folder, whatever the
+#   build type: it takes the place of the -O in CMAKE_<C|CXX>_FLAGS_<build type> of that folder
+#   only. oneDNN's libraries, in a subfolder that vLLM's CMake configures as Release, keep theirs.
 # -DVCB_TORCH_LEAN=<folder>: the folder holding the toolkit's lean <torch/all.h> (the compile
 #   step's copy of toolchain/data/torch-lean in the build folder) goes first on the include path
 #   of every library of the top folder, so its units compile ATen and torch's library, utils and
@@ -11,8 +14,9 @@
 #   of its units: precompiled with the library's own flags (a tier's ISA included), included
 #   first by its units. A listed name that is no library compiled here (not defined, an alias,
 #   imported or an interface) is passed over.
-# Both act at the end of the top folder, when the libraries exist. A status line names the
-# libraries each was done for, and build-wheel reads it (docs/benchmarks.md has the figures).
+# All act at the end of the top folder, when the libraries exist (a folder's flags are read when
+# the build files are written, after it). A status line says what each did, and build-wheel
+# reads them (docs/benchmarks.md has the figures).
 include_guard(GLOBAL)
 
 function(_vcb_compiled target out)
@@ -27,6 +31,23 @@ function(_vcb_compiled target out)
     return()
   endif()
   set(${out} TRUE PARENT_SCOPE)
+endfunction()
+
+function(_vcb_opt_level)
+  if(NOT VCB_OPT_LEVEL OR NOT CMAKE_BUILD_TYPE)  # no build type: no flags to change (setup.py
+    return()                                      # always gives one)
+  endif()
+  string(TOUPPER "${CMAKE_BUILD_TYPE}" config)
+  foreach(lang C CXX)
+    set(name CMAKE_${lang}_FLAGS_${config})
+    # CMake's own -O of the build type, or none (a type without flags of its own)
+    string(REGEX REPLACE "(^| )-O[0-9sgz]?( |$)" " " flags " ${${name}} ")
+    string(REGEX REPLACE " +" " " flags "${VCB_OPT_LEVEL} ${flags}")
+    string(STRIP "${flags}" flags)
+    set(${name} "${flags}" PARENT_SCOPE)
+  endforeach()
+  message(STATUS "vllm-cpu-builder: ${VCB_OPT_LEVEL} for vLLM's libraries: "
+    "CMAKE_CXX_FLAGS_${config} ${flags}")
 endfunction()
 
 function(_vcb_torch_headers)
@@ -58,4 +79,5 @@ function(_vcb_torch_headers)
   endif()
 endfunction()
 
+cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL _vcb_opt_level)
 cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL _vcb_torch_headers)
