@@ -80,7 +80,9 @@ def tests(session: nox.Session) -> None:
     session.install(".[test]")
     session.run("ruff", "check", "toolchain", "tests", "noxfile.py")
     session.run("mypy")
-    session.run("pytest", "-m", "not vllm", *session.posargs)
+    # one test process per CPU (pytest-xdist; `-- -n 0` for one process), the tests of one
+    # xdist_group in the same process
+    session.run("pytest", "-m", "not vllm", "-n", "auto", "--dist", "loadgroup", *session.posargs)
 
 
 @nox.session(name="new-recipe")

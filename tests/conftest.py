@@ -32,6 +32,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 CPUINFO = FIXTURES / "cpuinfo"
 MEMINFO = FIXTURES / "meminfo"
 REAL_WORK_MARKERS = ("compile", "integration", "slow", "vllm")
+UNIT_TESTS = Path(__file__).parent / "unit"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -52,24 +53,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 # The integration tests that install the real torch wheel take about 1 GB each of the temp folder
 # while they run (pyproject.toml keeps only failed tests' folders): a whole run peaked at 2.0 GB
-# there (docs/benchmarks.md), so it needs this much free.
-TEMP_NEED = 3 * 1024**3
+# there with one test process (docs/benchmarks.md), and each test process can hold one such test.
+TEMP_NEED_BASE = 2 * 1024**3
+TEMP_NEED_PER_PROCESS = 1024**3
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
+def _in_unit_tests(config: pytest.Config, arg: str) -> bool:
+    path, units = (
+        (config.invocation_params.dir / arg.split("::")[0]).resolve(),
+        UNIT_TESTS.resolve(),
+    )
+    return path == units or units in path.parents
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
     """A temp folder too full for the tests that do real work stops the run with one clear
-    message, not hundreds of errors from the tests after the one that filled it."""
-    if not any(item.get_closest_marker(m) for item in session.items for m in REAL_WORK_MARKERS):
+    message, not hundreds of errors from the tests after the one that filled it. Checked once,
+    before pytest-xdist starts its test processes (a worker that stops cannot say why)."""
+    config = session.config
+    if hasattr(config, "workerinput") or all(_in_unit_tests(config, arg) for arg in config.args):
         return
-    temp = Path(session.config.option.basetemp or tempfile.gettempdir())
+    processes = getattr(config.option, "numprocesses", None) or 1
+    need = TEMP_NEED_BASE + TEMP_NEED_PER_PROCESS * processes
+    temp = Path(config.option.basetemp or tempfile.gettempdir())
     while not temp.exists():
         temp = temp.parent
     free = shutil.disk_usage(temp).free
-    if free < TEMP_NEED:
+    if free < need:
         pytest.exit(
             f"only {free / 1024**3:.1f} GiB free in {temp}; the tests that do real work need "
-            f"{TEMP_NEED / 1024**3:.0f} GiB there: free some space, point TMPDIR elsewhere, "
-            "or run the unit tests alone (tests/unit)",
+            f"{need / 1024**3:.0f} GiB there with {processes} test process(es): free some "
+            "space, point TMPDIR elsewhere, or run the unit tests alone (tests/unit)",
             returncode=1,
         )
 
@@ -89,7 +103,6 @@ def _no_stray_processes(request: pytest.FixtureRequest, monkeypatch: pytest.Monk
 
 
 LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "", None})
-UNIT_TESTS = Path(__file__).parent / "unit"
 
 
 @pytest.fixture(autouse=True)

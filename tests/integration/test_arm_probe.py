@@ -19,6 +19,8 @@ CPUINFO = ROOT / "tests" / "fixtures" / "cpuinfo"
 CROSS_CC, QEMU = cross_compiler("aarch64"), "qemu-aarch64-static"
 
 pytestmark = [
+    # one test process runs them all, so the module fixture below runs once (noxfile: loadgroup)
+    pytest.mark.xdist_group("arm-probe"),
     pytest.mark.compile,
     pytest.mark.skipif(
         CROSS_CC is None or shutil.which(QEMU) is None,

@@ -53,7 +53,7 @@ def _wrappers(tmp_path: Path, model: str, venv: Path) -> Wrappers:
 def test_the_emulated_process_sees_the_models_cpuinfo(
     tmp_path: Path, model: str, bf16: bool
 ) -> None:
-    venv = Path("/opt/vcb-test-venv")
+    venv = Path(f"/opt/vcb-test-venv-{model}")  # its own: the other model may run at once
     subprocess.run(["chroot", PLAN.path, f"/usr/bin/python{SPEC.python}", "-m", "venv",
                     "--without-pip", venv], check=True)  # fmt: skip
     host_cpuinfo = Path("/proc/cpuinfo").read_text()

@@ -22,6 +22,8 @@ from toolchain.plan.compiler import gxx_recipe, prefix_for, provisioned_gxx
 from toolchain.util.platform import machine_arch
 
 pytestmark = [
+    # one test process runs them all, so the module fixture below runs once (noxfile: loadgroup)
+    pytest.mark.xdist_group("provision"),
     pytest.mark.integration,
     pytest.mark.skipif(
         shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None,

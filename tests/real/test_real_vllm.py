@@ -1,7 +1,7 @@
 """The real thing, run by hand: build vLLM 0.32.0, install it in a fresh venv, load its kernels,
 and generate text with a tiny local model. Never part of the default run (`-m "not vllm"`).
 
-    VCB_SOURCES=~/vllm-sources nox -s tests -- -m vllm -s
+    VCB_SOURCES=~/vllm-sources nox -s tests -- -m vllm -n 0 -s
 
 A cold build takes about an hour on 2 cores; with a warm compile cache, minutes.
 """

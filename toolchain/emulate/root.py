@@ -3,6 +3,7 @@ under the work folder and reused; its identity (every package and version) is re
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -97,7 +98,9 @@ def ensure_binfmt(spec: RootSpec, folder: Path = BINFMT, conf_dir: Path = BINFMT
                 f"{folder}; then run verify again",
             )
         reporter.line(f"+ registering {conf} with binfmt_misc")
-        (folder / "register").write_text(conf.read_text().strip() + "\n")
+        # FileExistsError: another process (a second verify) registered it in the meantime
+        with contextlib.suppress(FileExistsError):
+            (folder / "register").write_text(conf.read_text().strip() + "\n")
         flags = binfmt_flags(spec.binfmt, folder) or ""
     if "F" not in flags:
         raise UnsupportedHostError(

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -197,6 +198,28 @@ def test_binfmt_is_registered_from_debians_entry_and_needs_the_f_flag(tmp_path: 
     assert (folder / "register").read_text() == ":qemu-aarch64:M::\\x7fELF:\\xff:/q:OPF\n"
     (folder / "qemu-aarch64").write_text("enabled\ninterpreter /q\nflags: POF\n")
     ensure_binfmt(spec, folder, conf)
+    assert binfmt_flags("qemu-aarch64", folder) == "POF"
+
+
+def test_binfmt_registered_by_another_process_in_the_meantime_is_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder, conf = tmp_path / "binfmt_misc", tmp_path / "binfmt.d"
+    folder.mkdir()
+    conf.mkdir()
+    (conf / "qemu-aarch64.conf").write_text(":qemu-aarch64:M::\\x7fELF:\\xff:/q:OPF\n")
+    write = Path.write_text
+
+    def second(path: Path, data: str, *args: Any, **kwargs: Any) -> int:
+        """The kernel's answer when another verify registered the entry after we looked."""
+        if path != folder / "register":
+            return write(path, data, *args, **kwargs)
+        write(folder / "qemu-aarch64", "enabled\ninterpreter /q\nflags: POF\n")
+        raise FileExistsError(17, "File exists")
+
+    monkeypatch.setattr(Path, "write_text", second)
+    (folder / "register").touch()
+    ensure_binfmt(root_spec("aarch64"), folder, conf)
     assert binfmt_flags("qemu-aarch64", folder) == "POF"
 
 
