@@ -422,13 +422,16 @@ def _check_configured(build: BuildRun) -> None:
     vllm_extensions) or may lack a library."""
     plan, log = build.plan, build.log.read_text(errors="replace")
     own = BUILD_TYPE_LEVEL.get(plan.build_type)
-    levels = OPT_LINE.findall(log) if plan.opt_level != own else []  # only then passed
-    build.facts.opt_level = levels[-1] if levels else own
-    if not levels and plan.opt_level != own:
-        reporter.warning(
-            f"vLLM's libraries compiled at CMake's level for {plan.build_type}, not "
-            f"-{plan.opt_level}: vLLM's CMake never read vllm-libraries.cmake"
-        )
+    build.facts.opt_level = own
+    if plan.opt_level != own:  # only then passed to vLLM's CMake
+        levels = OPT_LINE.findall(log)
+        if levels:
+            build.facts.opt_level = levels[-1]
+        else:
+            reporter.warning(
+                f"vLLM's libraries compiled at CMake's level for {plan.build_type}, not "
+                f"-{plan.opt_level}: vLLM's CMake never read vllm-libraries.cmake"
+            )
     if plan.torch_headers == "lean":
         build.facts.lean_torch_headers = _configured(
             log, LEAN_LINE, plan.kernel_tiers or ("_C",), "lean <torch/all.h>"
