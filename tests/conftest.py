@@ -59,10 +59,8 @@ TEMP_NEED_PER_PROCESS = 1024**3
 
 
 def _in_unit_tests(config: pytest.Config, arg: str) -> bool:
-    path, units = (
-        (config.invocation_params.dir / arg.split("::")[0]).resolve(),
-        UNIT_TESTS.resolve(),
-    )
+    units = UNIT_TESTS.resolve()
+    path = (config.invocation_params.dir / arg.split("::")[0]).resolve()
     return path == units or units in path.parents
 
 
