@@ -1,4 +1,4 @@
-# vllm-cpu-builder: leave out the oneDNN units a lean target's kernel library never links.
+# vllm-cpu-builder: leave out the oneDNN units a target's kernel libraries never link.
 #
 # Passed by the plan as -DCMAKE_PROJECT_oneDNN_INCLUDE=<this file> -DVCB_ONEDNN_SKIP=<list>, so
 # CMake includes it right after oneDNN's project() call, before oneDNN defines its targets. The

@@ -104,6 +104,8 @@ def _kernels(plan: BuildPlan) -> str:
         onednn = "no oneDNN"
     if plan.onednn_prune is not None:
         onednn += f" without the {plan.onednn_prune.units} units it never links"
+    elif plan.macos is None:
+        onednn += ", every unit compiled (no prune list for this target: learn-prune makes one)"
     headers = "the lean <torch/all.h>" if plan.torch_headers == "lean" else "torch's own all.h"
     if plan.precompiled_headers:
         headers += f", precompiled once for {', '.join(plan.precompiled_headers)}"

@@ -196,7 +196,15 @@ def downloads(text: str, *, where: str) -> list[Download]:
                 f"{where}: {name} is downloaded with no ${{ENV{{{env}}}}} to point at a local "
                 "copy: an offline build could not give it one"
             )
-    return [_download(entry, found, where) for entry in found]
+    made = [_download(entry, found, where) for entry in found]
+    for arch in SUPPORTED_ARCHES:
+        if not any(d.name == "oneDNN" and d.arch in (None, arch) for d in made):
+            raise DataFileError(
+                f"{where}: no download of oneDNN for {arch} (a FetchContent_Declare with "
+                "GIT_REPOSITORY and GIT_TAG): the recipe would not say which oneDNN to build",
+                hint="describe this release's oneDNN source by hand",
+            )
+    return made
 
 
 Found = tuple[str, str, str, bool]  # (fetch name, repository, ref, in the aarch64 branch)
@@ -208,6 +216,8 @@ def _download(entry: Found, every: list[Found], where: str) -> Download:
     same = [e for e in every if e[0] == name]
     if arch is None and len(same) == 2 and sorted(e[3] for e in same) == [False, True]:
         arch = "aarch64" if aarch64 else "x86_64"
+    elif arch is None and same == [entry] and aarch64:
+        arch = "aarch64"  # not every architecture's: the aarch64 branch's alone
     elif arch is None and len(same) != 1:
         raise DataFileError(f"{where}: {len(same)} downloads of {name} in branches not understood")
     return Download(name=recipe_name, arch=arch, repository=repository, ref=ref, env=env)

@@ -31,6 +31,8 @@ PLATFORMS: Mapping[str, dict[str, str]] = {
     "Darwin": {"platform_machine": "arm64", "platform_system": "Darwin", "sys_platform": "darwin"},
 }
 
+HOST_MARKERS = re.compile(r"python_|implementation_|platform_(release|version)|os_name")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Requirements:
@@ -85,6 +87,13 @@ def _lines(text: str, where: str) -> list[Requirement]:
 
 
 def _torch_pins(requirements: list[Requirement], where: str) -> dict[str, str]:
+    for r in requirements:
+        # PLATFORMS names the machine only: the rest would be the generator's own Python's
+        if r.name == "torch" and r.marker is not None and HOST_MARKERS.search(str(r.marker)):
+            raise DataFileError(
+                f"{where}: the torch pin '{r}' depends on more than the platform",
+                hint="the generator reads torch pins by machine and OS only; write them by hand",
+            )
     pins: dict[str, str] = {}
     for platform, env in PLATFORMS.items():
         chosen = [r for r in requirements if r.name == "torch" and _applies(r.marker, env)]

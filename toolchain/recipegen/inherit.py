@@ -20,7 +20,6 @@ MEASURED_KEY = "inherited_from"  # a recipe with it carries another release's me
 class Shipped:
     """The recipes of a folder as their TOML says, the one being generated left out."""
 
-    folder: Path
     recipes: Mapping[Version, dict[str, Any]]
     own: dict[str, Any] | None  # the recipe being replaced (--force), if any
 
@@ -29,7 +28,6 @@ class Shipped:
         found = {Version(p.stem.removeprefix("vllm-")): p for p in folder.glob("vllm-*.toml")}
         own = found.pop(leave_out, None)
         return cls(
-            folder=folder,
             recipes={v: load_toml(found[v]) for v in sorted(found)},
             own=load_toml(own) if own is not None else None,
         )

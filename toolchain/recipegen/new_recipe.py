@@ -47,7 +47,6 @@ from toolchain.util.files import atomic_path
 from toolchain.util.platform import SUPPORTED_ARCHES
 
 PATCHES_DIR = "patches"
-MEASURED_SECTIONS = ("compile_memory", "onednn_prune")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +70,7 @@ def files_read(patches: Iterable[Path]) -> set[str]:
 
 
 def generate(version: Version, sdist: Path, sha256: str, recipes_dir: Path) -> Generated:
-    """The recipe of `version` from its sdist (a .tar.gz or a folder) and `recipes_dir`."""
+    """The recipe of `version` from its sdist (a .tar.gz) and `recipes_dir`."""
     patches = shipped_patches(recipes_dir)
     files = read_sdist(sdist, files_read(patches))
     found = facts.sdist_version(files)
@@ -156,8 +155,9 @@ class _Draft:
         if self.inherited:
             top[MEASURED_KEY] = str(self.measured)
             comments[MEASURED_KEY] = (
-                "Not measured for this release: memory_per_job_mib, [[compile_memory]] and "
-                f"[[onednn_prune]] are those of {self.measured}, the nearest measured release."
+                "Not measured for this release: memory_per_job_mib and [[compile_memory]] are "
+                f"those of {self.measured}, the nearest measured release. Its [[onednn_prune]] "
+                "lists are inherited only where they hold, each saying why."
             )
         return [
             Section(header="", keys=top, comments=comments),

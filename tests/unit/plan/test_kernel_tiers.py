@@ -65,6 +65,7 @@ def test_every_x86_target_of_the_one_wheel_era(
         assert "without the 184 units it never links" in render_plan(result)
     else:
         assert result.onednn_prune is None
+        assert "every unit compiled (no prune list for this target" in render_plan(result)
     # vLLM's libraries get -O2 and the lean <torch/all.h>
     lean = lean_header_dir(result.paths.recipe_files)
     lean_args = (
@@ -99,7 +100,9 @@ def test_eras_that_fix_the_isa_at_build_time_choose_no_tiers(
     assert "VLLM_CPU_X86_TIERS" not in result.env
     assert "ONEDNN" not in result.env.get("CMAKE_ARGS", "")
     assert TIERS_PATCH not in [p.file.name for p in result.patches]
-    assert "one kernel library _C; oneDNN as upstream has it" in render_plan(result)
+    assert "one kernel library _C; oneDNN as upstream has it, every unit compiled" in render_plan(
+        result
+    )
 
 
 def test_portable_stays_the_default_and_the_plan_names_the_leaner_targets(

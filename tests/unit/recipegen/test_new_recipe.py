@@ -11,6 +11,7 @@ import pytest
 from packaging.version import Version
 
 from toolchain.cli import main
+from toolchain.errors import DataFileError
 from toolchain.plan.onednn_callers import callers_digest, sdist_callers
 from toolchain.plan.recipes import load_recipe
 from toolchain.recipegen import facts
@@ -55,8 +56,10 @@ def _is_table(item: Any) -> bool:
 
 def _poisoned_folder(version: str, tmp_path: Path) -> Path:
     """The shipped recipes, the one being regenerated with every sdist fact made wrong: what the
-    generator writes can only come from the sdist (its measured figures and what each patch is
-    for are no sdist facts, and stay)."""
+    generator writes can only come from the sdist. What no sdist holds stays, and the generator
+    takes it from the recipe it replaces: the measured figures, the preferred Python and what each
+    patch is for. A third-party source's commit and archive hash come from another recipe that
+    names the same ref, as the recipe's own entry is made wrong too."""
     folder = tmp_path / "recipes"
     shutil.copytree(RECIPES, folder)
     own = folder / f"vllm-{version}.toml"
@@ -67,6 +70,10 @@ def _poisoned_folder(version: str, tmp_path: Path) -> Path:
     data["build"]["requires"] = ["poison"]
     data["toolchain"] = {"gxx_min": {"x86_64": "1.0"}, "cmake_min": "1.0"}
     data["isa_model"] = {"x86_64": "x86-dispatch-2tier", "aarch64": "arm-bf16-switch"}
+    data["darwin"] = {"torch": "0.0.1", "macos_min": "1.0", "clang_min": "1.0", "isa_model": "x"}
+    for entry in data["third_party"]:
+        entry.update(repository="https://example.invalid/poison.git", ref="v0.0", archive="x.tgz")
+        entry.update(commit="0" * 40, tar_sha256="0" * 64)
     data.pop("drop_requirements", None)
     own.write_text(_toml(data))
     return folder
@@ -112,6 +119,18 @@ def test_torch_pins_per_platform_come_from_the_markers() -> None:
     files = read_sdist(SDISTS / "vllm-0.32.0.tar.gz", files_read(shipped_patches(RECIPES)))
     pins = facts.requirements(files).torch
     assert pins == {"x86_64": "2.13.0+cpu", "aarch64": "2.13.0+cpu", "Darwin": "2.13.0"}
+
+
+def test_a_torch_pin_by_python_version_is_refused() -> None:
+    """The generator's own Python would pick the pin: not a fact of the release."""
+    files = read_sdist(SDISTS / "vllm-0.32.0.tar.gz", files_read(shipped_patches(RECIPES)))
+    path, text = files.first(facts.BUILD_REQUIREMENTS)
+    line = 'torch==2.13.0+cpu; platform_machine == "x86_64"'
+    assert line in text
+    altered = text.replace(line, line.replace(";", '; python_version < "3.14" and'), 1)
+    changed = SdistFiles(name=files.name, files={**files.files, path: altered})
+    with pytest.raises(DataFileError, match="depends on more than the platform"):
+        facts.requirements(changed)
     old = read_sdist(SDISTS / "vllm-0.16.0.tar.gz", files_read([]))
     assert facts.requirements(old).torch["aarch64"] == "2.10.0"  # PyPI's torch on Arm then
 
@@ -147,6 +166,12 @@ def test_an_era_between_the_shipped_ones(tmp_path: Path) -> None:
           "URL https://github.com/oneapi-src/oneDNN/archive/refs/tags/v3.14.tar.gz"),
          "downloads 'oneDNN' in a way the generator does not read (URL https://"),
         (("GIT_TAG        v3.13", "GIT_TAG        ${ONEDNN_TAG}"), "GIT_TAG ${ONEDNN_TAG}"),
+        # x86's oneDNN found installed: the aarch64 commit is not every architecture's
+        (("FetchContent_Declare(\n                oneDNN\n"
+          "                GIT_REPOSITORY https://github.com/oneapi-src/oneDNN.git\n"
+          "                GIT_TAG        v3.13",
+          "find_package(oneDNN 3.13 REQUIRED"),
+         "no download of oneDNN for x86_64"),
         (("check_sysctl(hw.optional.arm.FEAT_I8MM ARM_I8MM_FOUND)",
           "check_sysctl(hw.optional.arm.FEAT_I8MM ARM_I8MM_FOUND)\n"
           "    check_sysctl(hw.optional.arm.FEAT_SME ARM_SME_FOUND)"),
