@@ -106,9 +106,10 @@ LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "", None})
 @pytest.fixture(autouse=True)
 def _no_network(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Unit tests reach no other machine: a name other than the loopback's does not resolve, as
-    on a machine without a network. Servers a test starts on 127.0.0.1 still answer."""
+    on a machine without a network. Servers a test starts on 127.0.0.1 still answer. A test
+    marked network (run only with --network) reaches pypi.org."""
     if UNIT_TESTS not in request.path.parents or any(
-        request.node.get_closest_marker(name) for name in REAL_WORK_MARKERS
+        request.node.get_closest_marker(name) for name in (*REAL_WORK_MARKERS, "network")
     ):
         return
     resolve = socket.getaddrinfo
