@@ -208,7 +208,8 @@ def _missing_recipes(files: list[IndexFile]) -> tuple[str, list[str]]:
         if f.filename.startswith("vllm-") and f.filename.endswith(".tar.gz")
     }
     wanted = sorted((v for v in released if Version(v) >= Version("0.17.0")), key=Version)
-    return wanted[-1], [v for v in wanted if v not in known_versions(RECIPES)]
+    known = set(known_versions(RECIPES))
+    return wanted[-1], [v for v in wanted if v not in known]
 
 
 def test_every_release_from_0_17_on_the_saved_pypi_page_has_a_recipe() -> None:
