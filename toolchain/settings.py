@@ -36,6 +36,12 @@ OPT_LEVELS = ("O2", "O3")
 TORCH_HEADERS = ("lean", "full")
 
 
+def level_to_pass(build_type: str, level: str) -> str | None:
+    """The optimisation level vllm-libraries.cmake is told to give vLLM's libraries: only one
+    that is not their build type's own (CMake's flags for it are then left alone)."""
+    return None if level == BUILD_TYPE_LEVEL.get(build_type) else level
+
+
 @dataclass(frozen=True, kw_only=True)
 class Setting:
     """One setting. `unset` says who decides when nothing sets it and `default` is None (the
@@ -268,10 +274,11 @@ SETTINGS = (
         commands=BUILD,
         kind=bool,
         default=False,
-        help="compile torch's headers once per vLLM kernel library, not in each of its units: "
-        "about 400 fewer CPU-seconds for a portable build with --torch-headers full (not "
-        "measured with the lean header), but a torch macro seen differently in moe.cpp "
-        "(docs/benchmarks.md); never with --dist-scheduler",
+        help="compile torch's headers once per vLLM kernel library, not in each of its units "
+        "(a unit that defines a macro or sets a pragma before it includes them, or never does, "
+        "still compiles them itself): about 400 fewer CPU-seconds for a portable build with "
+        "--torch-headers full (not measured with the lean header), for kernels whose code is "
+        "not byte for byte the same (docs/benchmarks.md); never with --dist-scheduler",
         default_text="in each unit",
     ),
     Setting(

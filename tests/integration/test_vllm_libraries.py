@@ -168,6 +168,50 @@ def test_each_listed_kernel_library_precompiles_the_header_and_its_units_use_it(
     assert (build / "CMakeFiles" / "_C_AVX2.dir" / "cmake_pch.hxx.gch").is_file()
 
 
+OWN_FIRST = {
+    # torch's headers first, through a guarded header of the library's own: precompiled
+    "guarded.cpp": '#include "guarded.h"\nint guarded() { return torch_like(); }\n',
+    "include/guarded.h": "#ifndef GUARDED_H\n#define GUARDED_H\n#include <vector>\n"
+    "#include <torch/all.h>\n#endif\n",
+    # as 0.32's sgl-kernels/moe.cpp: a macro of its own before torch's headers
+    "capability.cpp": '#include "vec.h"\nint capability() { return torch_like(); }\n',
+    "vec.h": "#pragma once\n#if defined(__x86_64__)\n#define CPU_CAPABILITY_AVX512\n#endif\n"
+    "#include <torch/types.h>\n",
+    "pragma.cpp": '#pragma GCC optimize("O1")\n#include <torch/all.h>\n'
+    "int pragma() { return torch_like(); }\n",
+    "lost.cpp": '#include "nowhere.h"\n#include <torch/all.h>\n',
+    "no_torch.cpp": "#include <vector>\nint no_torch() { return 1; }\n",
+}
+
+
+def test_a_unit_that_does_something_before_torchs_headers_compiles_them_itself(
+    source: Path, tmp_path: Path
+) -> None:
+    for name, text in OWN_FIRST.items():
+        (source / name).write_text(text)
+    with (source / "CMakeLists.txt").open("a") as cmake:
+        cmake.write(f"add_library(_C_OWN SHARED {' '.join(n for n in OWN_FIRST if '.cpp' in n)})\n")
+        cmake.write("target_include_directories(_C_OWN PRIVATE include)\n")
+    build = tmp_path / "build"
+    configured = _configure(source, build, *FORGET, INCLUDE, "-DVCB_PCH_TARGETS=_C,_C_OWN")
+    assert "<torch/all.h> precompiled for _C,_C_OWN\n" in configured.stdout
+    said = "vllm-cpu-builder: _C_OWN's {} compiles torch's headers itself: {}\n"
+    for unit, why in [
+        ("capability.cpp", "#define CPU_CAPABILITY_AVX512 (vec.h)"),
+        ("pragma.cpp", '#pragma GCC optimize("O1") (pragma.cpp)'),
+        ("lost.cpp", '#include "nowhere.h" (lost.cpp), not found'),
+        ("no_torch.cpp", "it does not include torch's headers"),
+    ]:
+        assert said.format(unit, why) in configured.stdout
+    assert configured.stdout.count("compiles torch's headers itself") == 4
+    commands = _commands(build)
+    pch = f"-include {build}/CMakeFiles/_C_OWN.dir/cmake_pch.hxx"
+    assert pch in _unit(commands, "_C_OWN.dir/guarded")
+    for unit in ("capability", "pragma", "lost", "no_torch"):
+        assert pch not in _unit(commands, f"_C_OWN.dir/{unit}")
+    assert all(pch.replace("_C_OWN", "_C") in _unit(commands, f"_C.dir/{u}") for u in ("ops",))
+
+
 def test_a_build_folder_planned_without_them_compiles_torchs_own_header_in_each_unit(
     source: Path, tmp_path: Path
 ) -> None:

@@ -77,6 +77,7 @@ def manifest(build: BuildRun, wheel_name: str) -> dict[str, Any]:
         "onednn_isa": plan.onednn_isa,
         "onednn_prune": plan.onednn_prune and plan.onednn_prune.record(),
         "precompiled_headers": list(build.facts.precompiled_headers),
+        "own_torch_headers": build.facts.own_torch_headers,
         "torch_headers": "lean" if build.facts.lean_torch_headers else "full",
         "lean_torch_headers": list(build.facts.lean_torch_headers),
         "debug_info": (

@@ -33,6 +33,8 @@ class BuildFacts:
     cross: dict[str, Any] | None = None  # a cross build: compiler and sysroot as provisioned
     target_torch: dict[str, Any] | None = None  # a cross build: the torch wheel it built against
     precompiled_headers: tuple[str, ...] = ()  # the libraries the configure said it precompiled
+    # their units that compile torch's headers themselves ("_C/csrc/cpu/utils.cpp"), and why
+    own_torch_headers: dict[str, str] = field(default_factory=dict)
     lean_torch_headers: tuple[str, ...] = ()  # those it said got the lean <torch/all.h>
     opt_level: str | None = None  # GCC's level of vLLM's libraries, as the configure said
 

@@ -47,7 +47,7 @@ from toolchain.plan.earlier import builds_like
 from toolchain.plan.recipes import OnednnPrune, Patch
 from toolchain.plan.switches import TORCH_LEAN, lean_header_dir
 from toolchain.runtime_deps import PipSources
-from toolchain.settings import BUILD_TYPE_LEVEL
+from toolchain.settings import BUILD_TYPE_LEVEL, level_to_pass
 from toolchain.util import run
 from toolchain.util.datafile import parse_json
 from toolchain.util.files import MARKER as UNPACK_MARKER
@@ -413,17 +413,20 @@ def compile_step(build: BuildRun) -> None:
 OPT_LINE = re.compile(r"vllm-cpu-builder: -(O\w+) for vLLM's libraries")
 LEAN_LINE = re.compile(r"vllm-cpu-builder: lean <torch/all\.h> for ([\w,]*)")
 PRECOMPILED_LINE = re.compile(r"vllm-cpu-builder: <torch/all\.h> precompiled for ([\w,]*)")
+OWN_HEADERS_LINE = re.compile(
+    r"vllm-cpu-builder: (\w+)'s (\S+) compiles torch's headers itself: (.*)"
+)
 
 
 def _check_configured(build: BuildRun) -> None:
     """The manifest names the optimisation level of vLLM's libraries, those that got the lean
-    <torch/all.h> and those whose headers were precompiled, as the last configure said, not as
-    asked: vLLM's CMake may not have taken the file at all (a top project not named
+    <torch/all.h> and those whose headers were precompiled (with the units that compile them
+    themselves, and why), as the last configure said, not as asked: vLLM's CMake may not have
+    taken the file at all (a top project not named
     vllm_extensions) or may lack a library."""
     plan, log = build.plan, build.log.read_text(errors="replace")
-    own = BUILD_TYPE_LEVEL.get(plan.build_type)
-    build.facts.opt_level = own
-    if plan.opt_level != own:  # only then passed to vLLM's CMake
+    build.facts.opt_level = BUILD_TYPE_LEVEL.get(plan.build_type)
+    if level_to_pass(plan.build_type, plan.opt_level):
         levels = OPT_LINE.findall(log)
         if levels:
             build.facts.opt_level = levels[-1]
@@ -440,6 +443,12 @@ def _check_configured(build: BuildRun) -> None:
         build.facts.precompiled_headers = _configured(
             log, PRECOMPILED_LINE, plan.precompiled_headers, "precompiled torch headers"
         )
+        # the last configure's: its lines come before its own summary line
+        ends = [match.start() for match in PRECOMPILED_LINE.finditer(log)]
+        said = log[ends[-2] if len(ends) > 1 else 0 : ends[-1]] if ends else ""
+        build.facts.own_torch_headers = {
+            f"{target}/{unit}": why for target, unit, why in OWN_HEADERS_LINE.findall(said)
+        }
 
 
 def _configured(

@@ -30,7 +30,7 @@ from toolchain.plan.switches import (
     require_switch,
 )
 from toolchain.plan.target import choose_target, runs_on, target_arch
-from toolchain.settings import BUILD_TYPE_LEVEL
+from toolchain.settings import level_to_pass
 from toolchain.targets import IsaModel, Target
 
 
@@ -147,7 +147,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
             acl,
             precompiled,
             lean=torch_headers == "lean",
-            opt_level=None if opt_level == BUILD_TYPE_LEVEL[options.build_type] else opt_level,
+            opt_level=level_to_pass(options.build_type, opt_level),
         ),
         "CC": compiler.cc,
         "CXX": compiler.cxx,

@@ -210,6 +210,12 @@ def test_the_manifest_names_the_level_and_the_libraries_the_last_configure_gave_
     build.log.write_text(
         "-- vllm-cpu-builder: lean <torch/all.h> for _C\n"
         "-- vllm-cpu-builder: lean <torch/all.h> for dnnl_ext,_C,_C_AVX512,_C_AVX2\n"
+        "-- vllm-cpu-builder: _C's csrc/old.cpp compiles torch's headers itself: #pragma x\n"
+        "-- vllm-cpu-builder: <torch/all.h> precompiled for _C\n"
+        "-- vllm-cpu-builder: _C's csrc/cpu/utils.cpp compiles torch's headers itself: "
+        "#define gettid() syscall(SYS_gettid) (csrc/cpu/utils.cpp)\n"
+        "-- vllm-cpu-builder: _C_AVX2's csrc/cpu/isa.cpp compiles torch's headers itself: "
+        "it does not include torch's headers\n"
         "-- vllm-cpu-builder: <torch/all.h> precompiled for _C,_C_AVX2\n"
         "-- vllm-cpu-builder: -O3 for vLLM's libraries: CMAKE_CXX_FLAGS_RELEASE -O3 -DNDEBUG\n"
         "-- vllm-cpu-builder: -O2 for vLLM's libraries: CMAKE_CXX_FLAGS_RELEASE -O2 -DNDEBUG\n"
@@ -218,6 +224,10 @@ def test_the_manifest_names_the_level_and_the_libraries_the_last_configure_gave_
     assert build.facts.opt_level == "O2"
     assert build.facts.lean_torch_headers == ("dnnl_ext", "_C", "_C_AVX512", "_C_AVX2")
     assert build.facts.precompiled_headers == ("_C", "_C_AVX2")
+    assert build.facts.own_torch_headers == {
+        "_C/csrc/cpu/utils.cpp": "#define gettid() syscall(SYS_gettid) (csrc/cpu/utils.cpp)",
+        "_C_AVX2/csrc/cpu/isa.cpp": "it does not include torch's headers",
+    }
     out = capsys.readouterr().out
     assert "no lean" not in out
     assert "no precompiled torch headers for _C_AVX512: vLLM's CMake defines no such library" in out
