@@ -103,10 +103,9 @@ def _ignored(options: BuildOptions) -> list[str]:
         "--cache and --dist-scheduler (no compile cache is planned on a Mac yet)": options.cache
         or options.dist,
         "--allow-cuda-torch (torch on macOS has no CUDA)": options.allow_cuda_torch,
-        "--precompiled-headers (not planned on a Mac yet)": options.get(
-            "precompiled_headers", bool
-        ),
-        # the default is lean: only a user's own choice is worth a word
+        # these defaults are on: only a user's own choice is worth a word
+        "--precompiled-headers (not planned on a Mac yet)": options.get("precompiled_headers", bool)
+        and options.origins.get("precompiled_headers", "default") != "default",
         "--torch-headers lean (not planned on a Mac yet: torch's own all.h)": options.get(
             "torch_headers", str
         )

@@ -129,7 +129,7 @@ def plan_build(host: Host, recipe: Recipe, options: BuildOptions) -> BuildPlan:
         recipe, arch, options, paths.deps, acl
     )
     prune = onednn_prune(recipe, target, options.source_dir, warnings, patches, acl)
-    precompiled = precompiled_libraries(target, options, warnings)
+    precompiled = precompiled_libraries(target, arch, options, warnings)
     torch_headers = options.get("torch_headers", str)
     opt_level = options.get("opt_level", str)
     env = {

@@ -116,19 +116,23 @@ def cmake_args(
 
 
 def precompiled_libraries(
-    target: Target, options: BuildOptions, warnings: list[str]
+    target: Target, arch: str, options: BuildOptions, warnings: list[str]
 ) -> tuple[str, ...]:
     """The kernel libraries that compile <torch/all.h> once (vllm-libraries.cmake), not in each of
-    their units: every one the target builds when the user asks, unless the units compile on
-    sccache-dist's build servers (precompiling here would only add work here). Not the default:
-    the kernels' code is then not byte for byte the same (docs/benchmarks.md)."""
-    if not options.get("precompiled_headers", bool):
+    their units: every one the target builds, unless the user turns it off, the units compile
+    on sccache-dist's build servers (precompiling here would only add work here; a warning when
+    the user asked for it), or, unless asked, the target is no x86 one (measured and checked
+    with upstream's kernel tests on x86 only: docs/benchmarks.md). The kernels' code is not byte
+    for byte that of a build without."""
+    asked = options.origins.get("precompiled_headers", "default") != "default"
+    if not options.get("precompiled_headers", bool) or (arch != "x86_64" and not asked):
         return ()
     if options.dist is not None:
-        warnings.append(
-            "--precompiled-headers is ignored with --dist-scheduler: the units compile on the "
-            "build servers"
-        )
+        if asked:
+            warnings.append(
+                "--precompiled-headers is ignored with --dist-scheduler: the units compile on "
+                "the build servers"
+            )
         return ()
     return target.kernel_tiers or ("_C",)
 

@@ -18,7 +18,7 @@ from toolchain.settings import BUILD_SETTINGS, resolve_settings
 from toolchain.util.compile_cache import parse_dist_scheduler, scheduler_status
 from toolchain.util.units import MIB
 
-from .test_plan import PRECOMPILED_HEADERS, host_of, plan  # noqa: F401  (host_of is a fixture)
+from .test_plan import host_of, plan  # noqa: F401  (host_of is a fixture)
 
 
 @pytest.fixture
@@ -60,7 +60,9 @@ def test_jobs_count_the_build_servers_cpus_and_preprocessing_memory(
     assert result.max_jobs == 16 and result.jobs.limited_by == "memory"
     assert result.jobs.pools == (), "a job here preprocesses: no heavy units here"
     # the units compile there: a header precompiled here would be work here for nothing
-    asked = plan(seed, dist=parse_dist_scheduler(url), settings=PRECOMPILED_HEADERS)
+    assert result.precompiled_headers == () and "CCACHE_SLOPPINESS" not in result.env
+    assert not any("--precompiled-headers" in w for w in result.warnings)  # not asked: silent
+    asked = plan(seed, dist=parse_dist_scheduler(url), origins={"precompiled_headers": "flag"})
     assert asked.precompiled_headers == ()
     assert any("--precompiled-headers is ignored" in w for w in asked.warnings)
     text = render_plan(result)

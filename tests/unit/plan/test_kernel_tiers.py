@@ -16,7 +16,7 @@ from toolchain.plan.recipes import load_recipe
 from toolchain.plan.render import render_plan
 from toolchain.plan.switches import FORGET, LIBRARIES_CMAKE, PRUNE_CMAKE, lean_header_dir
 
-from .test_plan import FULL_TORCH_HEADERS, PRECOMPILED_HEADERS, RECIPES, SAVED, _run, host_of, plan  # noqa: F401  (host_of is a fixture)
+from .test_plan import FULL_TORCH_HEADERS, IN_EACH_UNIT, RECIPES, SAVED, _run, host_of, plan  # noqa: F401  (host_of is a fixture)
 
 TIERS_PATCH = "vllm-cpu-x86-tiers.patch"
 ALL_TIERS = ("_C", "_C_AVX512", "_C_AVX2")
@@ -66,11 +66,11 @@ def test_every_x86_target_of_the_one_wheel_era(
     else:
         assert result.onednn_prune is None
         assert "every unit compiled (no prune list for this target" in render_plan(result)
-    # vLLM's libraries get -O2 and the lean <torch/all.h>
+    # vLLM's libraries get -O2 and the lean <torch/all.h>, precompiled once per kernel tier
     lean = lean_header_dir(result.paths.recipe_files)
     lean_args = (
         f"-DCMAKE_PROJECT_vllm_extensions_INCLUDE={LIBRARIES_CMAKE} -DVCB_OPT_LEVEL=-O2 "
-        f"-DVCB_TORCH_LEAN={lean}"
+        f"-DVCB_TORCH_LEAN={lean} -DVCB_PCH_TARGETS={','.join(tiers)}"
     )
     # what an earlier plan of the same build folder left in its cmake cache is unset first
     assert result.env.get("CMAKE_ARGS") == " ".join(
@@ -188,7 +188,8 @@ def test_the_plan_expects_what_the_last_build_of_the_same_wheel_cost(
 ) -> None:
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    assert plan(host_of("x86-zen4"), target="avx2", wheel_dir=wheels).expected is None
+    each = {"settings": IN_EACH_UNIT}  # torch's headers compiled in each unit
+    assert plan(host_of("x86-zen4"), target="avx2", wheel_dir=wheels, **each).expected is None
     stem = "vllm-0.32.0+cpu.avx2-cp311-cp311-manylinux_2_34_x86_64.whl"
     _manifest(wheels, stem, cpu=2400.0, build_type="Release")
     _manifest(wheels, stem.replace("cp311", "cp312"), cpu=2600.0, build_type="Release")
@@ -212,18 +213,17 @@ def test_the_plan_expects_what_the_last_build_of_the_same_wheel_cost(
         wheels, stem.replace("cp311", "cp37"), cpu=3000.0, build_type="Release", opt_level=None
     )
     (wheels / f"{stem.replace('cp311', 'cp310')}.manifest.json").write_text("{not json")
-    expected = plan(host_of("x86-zen4"), target="avx2", wheel_dir=wheels).expected
+    expected = plan(host_of("x86-zen4"), target="avx2", wheel_dir=wheels, **each).expected
     assert expected is not None and expected.cpu_seconds == 2600.0
-    with_pch = plan(
-        host_of("x86-zen4"), target="avx2", wheel_dir=wheels, settings=PRECOMPILED_HEADERS
-    )
+    with_pch = plan(host_of("x86-zen4"), target="avx2", wheel_dir=wheels)
     assert with_pch.expected is not None and with_pch.expected.manifest.startswith(pch)
     assert "cp312" in expected.manifest
-    rendered = render_plan(plan(host_of("x86-zen4"), target="avx2", wheel_dir=wheels))
+    rendered = render_plan(plan(host_of("x86-zen4"), target="avx2", wheel_dir=wheels, **each))
     assert "expected compile: 2,600 CPU-seconds, 21.7 min (the build of vllm-0.32.0+cpu.avx2" in (
         rendered
     )
     args = ("--vllm", "0.32.0", "--target", "avx2", "--wheel-dir", str(wheels), "--json")
+    args += ("--no-precompiled-headers",)
     code, out, _ = _run(capsys, *SAVED, *args)
     assert code == 0
     shown = json.loads(out)
@@ -240,9 +240,9 @@ def test_a_prune_list_in_a_folder_with_a_space_is_refused(
     monkeypatch.setattr(switches_module, "PRUNE_CMAKE", Path("/opt/my tools/prune-onednn.cmake"))
     with pytest.raises(PlanError, match=r"has a space, which vLLM's setup\.py cannot pass"):
         plan(host_of("x86-zen4"), "0.32.0", target="avx2")
-    # an unpruned target with torch's own all.h at its build type's level passes no toolkit
-    # file to cmake
-    own = {**FULL_TORCH_HEADERS, "opt_level": "O3"}
+    # an unpruned target with torch's own all.h in each unit at its build type's level passes
+    # no toolkit file to cmake
+    own = {**FULL_TORCH_HEADERS, "opt_level": "O3", "precompiled_headers": False}
     full = plan(host_of("x86-zen4"), "0.32.0", target="avx512", settings=own)
     assert "-DCMAKE_PROJECT" not in full.env.get("CMAKE_ARGS", "").replace("-UCMAKE_PROJECT", "")
 
