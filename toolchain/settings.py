@@ -375,23 +375,14 @@ def add_setting_flags(parser: argparse.ArgumentParser, command: str) -> None:
     """The flags of every setting `command` takes, in the table's order."""
     for setting in settings_of(command):
         if setting.kind is bool:
-            parser.add_argument(
-                setting.flag,
-                dest=setting.name,
-                action="store_const",
-                const=True,
-                default=None,
-                help=setting.flag_help,
-            )
+            flags = [(setting.flag, True, setting.flag_help)]
             if setting.default:  # on unless turned off
+                flags.append((setting.off_flag, False, f"turn {setting.flag} off"))
+            for flag, const, text in flags:
                 parser.add_argument(
-                    setting.off_flag,
-                    dest=setting.name,
-                    action="store_const",
-                    const=False,
-                    default=None,
-                    help=f"turn {setting.flag} off",
-                )
+                    flag, dest=setting.name, action="store_const", const=const, default=None,
+                    help=text,
+                )  # fmt: skip
         else:
             parser.add_argument(
                 setting.flag,

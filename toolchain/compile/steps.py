@@ -422,8 +422,7 @@ def _check_configured(build: BuildRun) -> None:
     """The manifest names the optimisation level of vLLM's libraries, those that got the lean
     <torch/all.h> and those whose headers were precompiled (with the units that compile them
     themselves, and why), as the last configure said, not as asked: vLLM's CMake may not have
-    taken the file at all (a top project not named
-    vllm_extensions) or may lack a library."""
+    taken the file at all (a top project not named vllm_extensions) or may lack a library."""
     plan, log = build.plan, build.log.read_text(errors="replace")
     build.facts.opt_level = BUILD_TYPE_LEVEL.get(plan.build_type)
     if level_to_pass(plan.build_type, plan.opt_level):
