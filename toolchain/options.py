@@ -75,6 +75,11 @@ class BuildOptions:
             raise TypeError(f"build setting {name} may be unset: read it with get_optional()")
         return value
 
+    def given(self, name: str) -> bool:
+        """The user set the setting `name` (a flag, the environment or the settings file), not
+        its default."""
+        return self.origins.get(name, "default") != "default"
+
     def get_optional(self, name: str, kind: type[T]) -> T | None:
         """The build setting `name` of SETTINGS with no field here, or None when it is unset."""
         setting = next((s for s in settings_of("build-wheel") if s.name == name), None)

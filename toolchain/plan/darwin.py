@@ -105,16 +105,15 @@ def _ignored(options: BuildOptions) -> list[str]:
         "--allow-cuda-torch (torch on macOS has no CUDA)": options.allow_cuda_torch,
         # these defaults are on: only a user's own choice is worth a word
         "--precompiled-headers (not planned on a Mac yet)": options.get("precompiled_headers", bool)
-        and options.origins.get("precompiled_headers", "default") != "default",
+        and options.given("precompiled_headers"),
         "--torch-headers lean (not planned on a Mac yet: torch's own all.h)": options.get(
             "torch_headers", str
         )
         == "lean"
-        and options.origins.get("torch_headers", "default") != "default",
-        "--opt-level (not planned on a Mac yet: the build type's own level)": options.origins.get(
-            "opt_level", "default"
-        )
-        != "default",
+        and options.given("torch_headers"),
+        "--opt-level (not planned on a Mac yet: the build type's own level)": options.given(
+            "opt_level"
+        ),
     }
     return [f"{what} is ignored for a macOS plan" for what, given in named.items() if given]
 

@@ -124,7 +124,7 @@ def precompiled_libraries(
     the user asked for it), or, unless asked, the target is no x86 one (measured and checked
     with upstream's kernel tests on x86 only: docs/benchmarks.md). The kernels' code is not byte
     for byte that of a build without."""
-    asked = options.origins.get("precompiled_headers", "default") != "default"
+    asked = options.given("precompiled_headers")
     if not options.get("precompiled_headers", bool) or (arch != "x86_64" and not asked):
         return ()
     if options.dist is not None:
